@@ -1,0 +1,124 @@
+"""LLMService: one model served under a latency SLO, on whatever GPU mix is cheapest."""
+
+from typing import ClassVar, Literal
+
+from pydantic import ConfigDict, Field
+
+from gpumix.api.base import ApiModel, Condition, Resource
+from gpumix.api.workload import Workload
+
+_READY = '.status.conditions[?(@.type=="Ready")]'
+DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+
+
+class ModelSpec(ApiModel):
+    """The model and the engine that serves it."""
+
+    name: str = Field(
+        min_length=1, description="Model id passed to vLLM --model; profiles are matched on it."
+    )
+    served_name: str | None = Field(
+        default=None, description="Name clients use in the OpenAI API (default: name)."
+    )
+    image: str = Field(default=DEFAULT_VLLM_IMAGE, min_length=1, description="vLLM image.")
+    args: list[str] = Field(default_factory=list, description="Extra vLLM server arguments.")
+    weights_gib: float | None = Field(
+        default=None, gt=0, alias="weightsGiB", description="Size of the weights in GiB."
+    )
+
+
+class Slo(ApiModel):
+    """Latency targets. TPOT is Mélange's: request latency ÷ output tokens, averaged (§4.1)."""
+
+    tpot_ms: float = Field(gt=0, description="Time per output token in milliseconds.")
+    ttft_ms: float | None = Field(
+        default=None, gt=0, description="Time to first token in milliseconds (optional)."
+    )
+
+
+class LLMServiceSpec(ApiModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
+                    "message": "minReplicas must be <= maxReplicas",
+                    "fieldPath": ".minReplicas",
+                }
+            ]
+        }
+    )
+
+    model: ModelSpec
+    slo: Slo
+    workload: Workload
+    pools: list[str] = Field(
+        default_factory=list,
+        description="GPUPool names this service may use; empty means every pool.",
+    )
+    min_replicas: int = Field(default=0, ge=0, description="Fewest replicas across all pools.")
+    max_replicas: int | None = Field(
+        default=None, ge=0, description="Most replicas across all pools (unbounded if unset)."
+    )
+
+
+class PoolAllocation(ApiModel):
+    pool: str
+    gpu_type: str
+    replicas: int = Field(ge=0)
+    gpus_per_replica: int = Field(default=1, ge=1)
+    cost_per_hour: float = Field(ge=0)
+
+
+class Baseline(ApiModel):
+    """Mélange §6.1's single-type baseline: the same ILP restricted to one GPU type."""
+
+    gpu_type: str
+    replicas: int | None = Field(default=None, description="Unset: this type alone cannot serve.")
+    cost_per_hour: float | None = None
+
+
+class WorkloadUsed(ApiModel):
+    source: str
+    request_rate: float
+    over_provision: float
+
+
+class LLMServiceStatus(ApiModel):
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    allocation: list[PoolAllocation] = Field(default_factory=list)
+    cost_per_hour: float | None = Field(default=None, description="$/h of the allocation.")
+    baselines: list[Baseline] = Field(default_factory=list)
+    savings_percent: float | None = Field(
+        default=None, description="Saving against the cheapest single-type baseline."
+    )
+    solve_seconds: float | None = None
+    workload: WorkloadUsed | None = None
+    replicas_summary: str | None = Field(
+        default=None, description="Replicas per pool, e.g. 'a100-80gb=1,l4=2'."
+    )
+
+
+class LLMService(Resource):
+    """A model served under a latency SLO on the cheapest mix of GPU pools that meets it."""
+
+    kind_name: ClassVar[str] = "LLMService"
+    plural: ClassVar[str] = "llmservices"
+    scope: ClassVar[Literal["Namespaced", "Cluster"]] = "Namespaced"
+    short_names: ClassVar[tuple[str, ...]] = ("llms",)
+    printer_columns: ClassVar[tuple[dict[str, str], ...]] = (
+        {"name": "Ready", "type": "string", "jsonPath": f"{_READY}.status"},
+        {"name": "Reason", "type": "string", "jsonPath": f"{_READY}.reason"},
+        {"name": "$/h", "type": "number", "jsonPath": ".status.costPerHour"},
+        {"name": "Savings%", "type": "number", "jsonPath": ".status.savingsPercent"},
+        {"name": "Replicas", "type": "string", "jsonPath": ".status.replicasSummary"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    )
+
+    kind: Literal["LLMService"] = "LLMService"
+    spec: LLMServiceSpec
+    status: LLMServiceStatus | None = None
