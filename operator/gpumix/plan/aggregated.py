@@ -1,0 +1,56 @@
+"""Our default formulation: one integer per (bucket, type) instead of one binary per slice.
+
+Why it has the same optimum as §5.4.3: the ``S`` slices of a bucket are identical (same rate
+``r/S``, same load on every type, §5.4.1–5.4.2), so a paper assignment ``A`` matters only
+through ``n[b, j] = Σ_{s ∈ b} A[s, j]``. Constraint (2) summed over a bucket's slices gives
+``Σ_j n[b, j] = S``; capacity (3) and the objective (1) depend on ``A`` only through ``n``.
+Conversely any integer ``n`` with ``Σ_j n[b, j] = S`` expands to a valid ``A`` (first
+``n[b, 1]`` slices to type 1, the next ``n[b, 2]`` to type 2, ...). The two feasible sets
+therefore project onto the same set of count vectors ``B``, hence the same optimal cost.
+
+The difference is size and symmetry: ``S·|types|`` binaries per bucket become ``|types|``
+integers, and the ``S!``-fold permutations of identical slices that branch-and-bound would
+otherwise explore disappear.
+"""
+
+from __future__ import annotations
+
+import pulp
+
+from gpumix.plan.instance import AllocationInstance
+from gpumix.plan.model import (
+    Model,
+    Placement,
+    add_capacity,
+    add_cost_objective,
+    add_counts,
+    servable_types,
+)
+
+
+def build(instance: AllocationInstance, allowed: list[int]) -> Model:
+    """Build the aggregated ILP over the GPU types ``allowed`` (indices into ``instance.gpus``)."""
+    problem = pulp.LpProblem("gpumix_aggregated", pulp.LpMinimize)
+    counts = add_counts(problem, instance, allowed)
+    add_cost_objective(problem, instance, counts)
+    placement = _add_slice_counts(problem, instance, allowed)
+    add_capacity(problem, instance, counts, placement)
+    return Model(problem=problem, counts=counts, placement=placement)
+
+
+def _add_slice_counts(
+    problem: pulp.LpProblem, instance: AllocationInstance, allowed: list[int]
+) -> Placement:
+    """``n[b, j] ∈ {0..S}`` and the aggregated form of (2): ``Σ_j n[b, j] = S``."""
+    placement: Placement = {}
+    for bucket in instance.buckets_with_traffic():
+        i, j = bucket
+        row = []
+        for k in servable_types(instance, bucket, allowed):
+            var = problem.add_variable(
+                f"n_i{i}_o{j}_t{k}", lowBound=0, upBound=instance.slice_factor, cat=pulp.LpInteger
+            )
+            placement[bucket, k] = [var]
+            row.append(var)
+        problem += pulp.lpSum(row) == instance.slice_factor, f"assign_i{i}_o{j}"
+    return placement

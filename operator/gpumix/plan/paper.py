@@ -1,0 +1,50 @@
+"""Mélange §5.4.3 verbatim: one binary ``A[slice, type]`` per slice, the benchmark baseline.
+
+Kept to check (in tests) that :mod:`gpumix.plan.aggregated` reaches the same optimum and to
+measure (in ``bench/solver.py``) what the aggregation buys. Slices of zero-rate buckets are
+left out here too, so the comparison is not padded with trivial variables.
+"""
+
+from __future__ import annotations
+
+import pulp
+
+from gpumix.plan.instance import AllocationInstance
+from gpumix.plan.model import (
+    Model,
+    Placement,
+    add_capacity,
+    add_cost_objective,
+    add_counts,
+    servable_types,
+)
+
+
+def build(instance: AllocationInstance, allowed: list[int]) -> Model:
+    """Build the per-slice ILP over the GPU types ``allowed`` (indices into ``instance.gpus``)."""
+    problem = pulp.LpProblem("gpumix_paper", pulp.LpMinimize)
+    counts = add_counts(problem, instance, allowed)
+    add_cost_objective(problem, instance, counts)
+    placement = _add_slice_assignment(problem, instance, allowed)
+    add_capacity(problem, instance, counts, placement)
+    return Model(problem=problem, counts=counts, placement=placement)
+
+
+def _add_slice_assignment(
+    problem: pulp.LpProblem, instance: AllocationInstance, allowed: list[int]
+) -> Placement:
+    """Binaries ``A[s, j]`` (4) and constraint (2): each slice goes to exactly one type."""
+    placement: Placement = {}
+    for bucket in instance.buckets_with_traffic():
+        i, j = bucket
+        types = servable_types(instance, bucket, allowed)
+        for k in types:
+            placement[bucket, k] = []
+        for s in range(instance.slice_factor):
+            row = []
+            for k in types:
+                var = problem.add_variable(f"a_i{i}_o{j}_s{s}_t{k}", cat=pulp.LpBinary)
+                placement[bucket, k].append(var)
+                row.append(var)
+            problem += pulp.lpSum(row) == 1, f"assign_i{i}_o{j}_s{s}"
+    return placement

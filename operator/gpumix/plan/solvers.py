@@ -1,0 +1,146 @@
+"""Run a PuLP problem on HiGHS (in-process, default) or CBC and map the outcome explicitly.
+
+HiGHS is used through highspy, so no files and no subprocess; CBC is the fallback when
+highspy is missing or HiGHS errors. Both are asked for a proven optimum (relative gap 0):
+costs are what the operator compares across plans, and a 1e-4 default gap could pick a
+measurably dearer mix.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+
+import pulp
+
+from gpumix.plan.result import SolveResult, SolverName, SolveStatus
+
+
+def highs_available() -> bool:
+    """PuLP's check: whether highspy imports (a CBC-only install still plans, just slower)."""
+    return bool(pulp.HiGHS(msg=False).available())
+
+
+def run(problem: pulp.LpProblem, solver: SolverName, time_limit_s: float) -> SolveResult:
+    """Solve ``problem`` in place; fall back from HiGHS to CBC when HiGHS can't answer."""
+    if solver == "highs":
+        if not highs_available():
+            result = _run_cbc(problem, time_limit_s)
+            return result.model_copy(update={"message": _join("highspy unavailable", result)})
+        result = _run_highs(problem, time_limit_s)
+        if result.status != "error":
+            return result
+        fallback = _run_cbc(problem, time_limit_s)
+        note = f"HiGHS failed ({result.message or 'error'}); fell back to CBC"
+        return fallback.model_copy(update={"message": _join(note, fallback)})
+    return _run_cbc(problem, time_limit_s)
+
+
+def _join(note: str, result: SolveResult) -> str:
+    return f"{note}; {result.message}" if result.message else note
+
+
+def _run_highs(problem: pulp.LpProblem, time_limit_s: float) -> SolveResult:
+    start = time.perf_counter()
+    try:
+        problem.solve(pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=0.0))
+    except pulp.PulpSolverError as exc:
+        return _result("highs", "error", objective=None, gap=None, start=start, message=str(exc))
+    from highspy import HighsModelStatus  # noqa: PLC0415 - optional until HiGHS is in use
+
+    highs = problem.solverModel
+    model_status = highs.getModelStatus()
+    info = highs.getInfo()
+    description = highs.modelStatusToString(model_status)
+    has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    status: SolveStatus
+    if model_status == HighsModelStatus.kOptimal:
+        status = "optimal"
+    elif model_status in (HighsModelStatus.kInfeasible, HighsModelStatus.kUnboundedOrInfeasible):
+        # Every variable is bounded below and costs are positive, so never unbounded.
+        status = "infeasible"
+    elif model_status in (
+        HighsModelStatus.kTimeLimit,
+        HighsModelStatus.kIterationLimit,
+        HighsModelStatus.kInterrupt,
+        HighsModelStatus.kSolutionLimit,
+    ):
+        status = "feasible" if has_solution else "time_limit_no_solution"
+    else:
+        status = "error"
+    objective = _objective(problem) if status in ("optimal", "feasible") else None
+    gap = float(info.mip_gap) if objective is not None and math.isfinite(info.mip_gap) else None
+    return _result("highs", status, objective=objective, gap=gap, start=start, message=description)
+
+
+def _run_cbc(problem: pulp.LpProblem, time_limit_s: float) -> SolveResult:
+    """CBC runs as a subprocess on MPS/solution files; keep them in a private temp dir.
+
+    PuLP falls back to the working directory when ``TMPDIR`` is unusable, so the directory
+    is set explicitly and removed afterwards. The binary is the one PuLP 3.3 bundles
+    (``PULP_CBC_CMD``'s); it is driven through ``COIN_CMD`` because constructing
+    ``PULP_CBC_CMD`` emits a PuLP-4 DeprecationWarning, which our test config makes fatal.
+    """
+    start = time.perf_counter()
+    tmp_dir = tempfile.mkdtemp(prefix="gpumix-cbc-")
+    try:
+        cmd = pulp.COIN_CMD(
+            path=pulp.PULP_CBC_CMD.pulp_cbc_path,
+            msg=False,
+            timeLimit=time_limit_s,
+            gapRel=0.0,
+            keepFiles=False,
+        )
+        cmd.tmpDir = tmp_dir
+        problem.solve(cmd)
+    except pulp.PulpSolverError as exc:
+        return _result("cbc", "error", objective=None, gap=None, start=start, message=str(exc))
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    status: SolveStatus
+    if problem.sol_status == pulp.LpSolutionOptimal:
+        status = "optimal"
+    elif problem.sol_status == pulp.LpSolutionIntegerFeasible:
+        status = "feasible"
+    elif problem.sol_status == pulp.LpSolutionInfeasible:
+        status = "infeasible"
+    elif problem.status == pulp.LpStatusNotSolved:
+        # PuLP maps CBC's "Stopped" without a solution here; the only limit we set is time.
+        status = "time_limit_no_solution"
+    else:
+        status = "error"
+    objective = _objective(problem) if status in ("optimal", "feasible") else None
+    return _result(
+        "cbc",
+        status,
+        objective=objective,
+        gap=None,
+        start=start,
+        message=pulp.LpStatus[problem.status],
+    )
+
+
+def _objective(problem: pulp.LpProblem) -> float:
+    value = pulp.value(problem.objective)
+    return float(value) if value is not None else 0.0
+
+
+def _result(
+    solver: SolverName,
+    status: SolveStatus,
+    *,
+    objective: float | None,
+    gap: float | None,
+    start: float,
+    message: str,
+) -> SolveResult:
+    return SolveResult(
+        status=status,
+        solver=solver,
+        objective=objective,
+        gap=gap,
+        seconds=time.perf_counter() - start,
+        message=message,
+    )
