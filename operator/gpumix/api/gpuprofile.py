@@ -7,6 +7,9 @@ from pydantic import ConfigDict, Field, model_validator
 from gpumix.api.base import ApiModel, Resource
 from gpumix.api.buckets import BucketGrid, Row, check_matrix, matrix_field
 
+TPDegree = Literal[1, 2, 4, 8]
+"""GPUs per replica (tensor-parallel degree) that vLLM supports within one node."""
+
 
 class SloTable(ApiModel):
     """Mélange's table form: MaxTput per bucket at one TPOT SLO."""
@@ -64,7 +67,7 @@ class GPUProfileSpec(BucketGrid):
 
     model: str = Field(min_length=1, description="Model id, matched against LLMService model.name.")
     gpu_type: str = Field(min_length=1, description="GPU type, matched against GPUPool gpuType.")
-    gpus_per_replica: Literal[1, 2, 4, 8] = Field(
+    gpus_per_replica: TPDegree = Field(
         default=1, description="GPUs one replica uses (tensor parallel degree)."
     )
     tables: list[SloTable] | None = Field(default=None, min_length=1, max_length=16)

@@ -9,6 +9,8 @@ Sources, cited per entry:
 - NVIDIA datasheets for A100-40GB (used by MELL §VIII), with no list price: a GPUPool of that type
   must set `pricePerGPUHour`.
 A GPUPool's `pricePerGPUHour` always overrides the catalog price.
+FP16 figures are dense tensor peaks: Mélange Table 1 lists the 2:4-sparse peaks for L4 (242) and
+H100 (1979); we halve those, since LLM serving does not use structured sparsity.
 """
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,7 +22,7 @@ class GPUType(BaseModel):
     name: str
     memory_gib: float = Field(gt=0, description="Device memory (GB as the vendor states it).")
     bandwidth_gbps: float = Field(gt=0, description="Memory bandwidth, GB/s.")
-    fp16_tflops: float = Field(gt=0, description="Peak FP16 tensor TFLOPS as the source states.")
+    fp16_tflops: float = Field(gt=0, description="Dense peak FP16 tensor TFLOPS.")
     price_per_hour: float | None = Field(default=None, gt=0, description="On-demand $/GPU-hour.")
     product_label: str = Field(description="nvidia.com/gpu.product as GPU Feature Discovery sets.")
     source: str
@@ -32,13 +34,13 @@ _JIANG = "Jiang et al. Table 1"
 CATALOG: dict[str, GPUType] = {
     g.name: g
     for g in (
-        GPUType(name="l4", memory_gib=24, bandwidth_gbps=300, fp16_tflops=242,
+        GPUType(name="l4", memory_gib=24, bandwidth_gbps=300, fp16_tflops=121,
                 price_per_hour=0.70, product_label="NVIDIA-L4", source=_MELANGE),
         GPUType(name="a10g", memory_gib=24, bandwidth_gbps=600, fp16_tflops=125,
                 price_per_hour=1.01, product_label="NVIDIA-A10G", source=_MELANGE),
         GPUType(name="a100-80gb", memory_gib=80, bandwidth_gbps=1935, fp16_tflops=312,
                 price_per_hour=3.67, product_label="NVIDIA-A100-SXM4-80GB", source=_MELANGE),
-        GPUType(name="h100", memory_gib=80, bandwidth_gbps=3350, fp16_tflops=1979,
+        GPUType(name="h100", memory_gib=80, bandwidth_gbps=3350, fp16_tflops=989.5,
                 price_per_hour=7.516, product_label="NVIDIA-H100-80GB-HBM3", source=_MELANGE),
         GPUType(name="a6000", memory_gib=48, bandwidth_gbps=960, fp16_tflops=91,
                 price_per_hour=0.83, product_label="NVIDIA-RTX-A6000", source=_JIANG),

@@ -1,0 +1,62 @@
+"""Reading gpumix objects from YAML files, with errors that name the file, object and field."""
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from gpumix.api import GPUPool, GPUProfile, LLMService, Resource
+
+KINDS: dict[str, type[Resource]] = {r.kind_name: r for r in (LLMService, GPUPool, GPUProfile)}
+
+
+class ManifestError(ValueError):
+    """A document that is not a valid gpumix object; the message says where and what to fix."""
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def describe(err: ValidationError) -> str:
+    """One line per problem: `spec.workload.requestRate: Input should be >= 0`."""
+    lines = []
+    for e in err.errors():
+        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        lines.append(f"{_field_path(loc) or '(object)'}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def parse_object(doc: dict[str, Any], where: str) -> Resource:
+    kind = doc.get("kind")
+    if kind not in KINDS:
+        raise ManifestError(
+            f"{where}: kind {kind!r} is not a gpumix kind ({', '.join(sorted(KINDS))})"
+        )
+    try:
+        return KINDS[kind].model_validate(doc)
+    except ValidationError as err:
+        name = (doc.get("metadata") or {}).get("name", "?")
+        raise ManifestError(f"{where}: {kind} {name!r} is invalid:\n{describe(err)}") from None
+
+
+def load_objects(paths: Iterable[Path]) -> list[Resource]:
+    """Every gpumix object in the given multi-document YAML files, in file order."""
+    objects: list[Resource] = []
+    for path in paths:
+        try:
+            docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        except (OSError, yaml.YAMLError) as err:
+            raise ManifestError(f"{path}: cannot read YAML: {err}") from None
+        for index, doc in enumerate(docs):
+            if doc is None:
+                continue
+            if not isinstance(doc, dict):
+                raise ManifestError(f"{path} (document {index + 1}): not a YAML mapping")
+            objects.append(parse_object(doc, f"{path} (document {index + 1})"))
+    return objects

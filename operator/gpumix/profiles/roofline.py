@@ -1,0 +1,113 @@
+"""A roofline estimate of MaxTput for GPU types we cannot measure.
+
+Decode is memory-bound: one step reads the weights and every running request's KV cache. Prefill is
+compute-bound (linear layers plus quadratic attention). With vLLM-style continuous batching and no
+chunked prefill, a request's latency with B requests running is L = O·d(B) + B·p(I) (its O decode
+steps plus the prefills of the requests that arrive meanwhile), so TPOT = L/O and, by Little's law,
+the rate is B/L. MaxTput(SLO) (Mélange §5.3) is the best rate over batch sizes whose TPOT meets the
+SLO and whose KV cache fits. The efficiencies are deliberately round numbers; the simulator
+issue calibrates them against measurements.
+"""
+
+import itertools
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpumix import __version__
+from gpumix.api import GPUProfile, GPUProfileSpec, SloTable
+from gpumix.api.gpuprofile import TPDegree
+from gpumix.profiles.catalog import GPUType
+from gpumix.profiles.models import ModelShape
+
+GIB = 1024**3
+
+
+class RooflineParams(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    bandwidth_efficiency: float = Field(default=0.75, gt=0, le=1)
+    compute_efficiency: float = Field(default=0.5, gt=0, le=1)
+    step_overhead_ms: float = Field(default=3.0, ge=0, description="Scheduler + kernel launches.")
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="vLLM's default.")
+    activation_reserve_gib: float = Field(default=1.0, ge=0)
+    max_num_seqs: int = Field(default=256, ge=1, description="vLLM's default batch limit.")
+
+
+class Roofline:
+    """Step-time model of one replica: `gpus` GPUs of one type running one model (TP)."""
+
+    def __init__(
+        self, gpu: GPUType, model: ModelShape, gpus: int = 1, params: RooflineParams | None = None
+    ) -> None:
+        self.gpu, self.model, self.gpus = gpu, model, gpus
+        self.p = params or RooflineParams()
+        self._bw = gpu.bandwidth_gbps * 1e9 * gpus * self.p.bandwidth_efficiency  # bytes/s
+        self._flops = gpu.fp16_tflops * 1e12 * gpus * self.p.compute_efficiency
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """Tokens of KV cache that fit beside the weights (≤ 0: the model does not fit at all)."""
+        usable = self.gpu.memory_gib * GIB * self.gpus * self.p.gpu_memory_utilization
+        free = usable - self.model.weight_bytes - self.p.activation_reserve_gib * GIB * self.gpus
+        return int(free // self.model.kv_bytes_per_token)
+
+    def decode_step_s(self, batch: int, mean_context: float) -> float:
+        read = self.model.weight_bytes + batch * mean_context * self.model.kv_bytes_per_token
+        compute = 2 * self.model.params_b * 1e9 * batch
+        return self.p.step_overhead_ms / 1e3 + max(read / self._bw, compute / self._flops)
+
+    def prefill_s(self, tokens: float) -> float:
+        m = self.model
+        compute = 2 * m.params_b * 1e9 * tokens + 4 * m.layers * tokens**2 * m.hidden
+        return self.p.step_overhead_ms / 1e3 + max(compute / self._flops, m.weight_bytes / self._bw)
+
+    def max_tput(self, input_tokens: float, output_tokens: float, tpot_ms: float) -> float:
+        """Highest req/s for requests of this size with mean TPOT ≤ tpot_ms; 0 if none."""
+        if input_tokens + output_tokens > min(self.model.max_context, self.kv_capacity_tokens):
+            return 0.0
+        prefill = self.prefill_s(input_tokens)
+        mean_context = input_tokens + output_tokens / 2
+        batch_limit = min(self.p.max_num_seqs, int(self.kv_capacity_tokens // mean_context))
+        best = 0.0
+        for batch in range(1, batch_limit + 1):
+            latency = output_tokens * self.decode_step_s(batch, mean_context) + batch * prefill
+            if latency / output_tokens * 1e3 > tpot_ms:
+                break
+            best = max(best, batch / latency)
+        return best
+
+
+def estimate_profile(
+    gpu: GPUType,
+    model: ModelShape,
+    *,
+    input_edges: list[int],
+    output_edges: list[int],
+    tpots_ms: list[float],
+    gpus: TPDegree = 1,
+    params: RooflineParams | None = None,
+) -> GPUProfile:
+    """A GPUProfile in table form, each bucket represented by its midpoint request size."""
+    roof = Roofline(gpu, model, gpus, params)
+    mids_in = [(a + b) / 2 for a, b in itertools.pairwise(input_edges)]
+    mids_out = [(a + b) / 2 for a, b in itertools.pairwise(output_edges)]
+    tables = [
+        SloTable(
+            tpot_ms=slo,
+            max_tput=[[round(roof.max_tput(i, o, slo), 4) for o in mids_out] for i in mids_in],
+        )
+        for slo in sorted(tpots_ms)
+    ]
+    short = model.name.rsplit("/", 1)[-1].lower()
+    return GPUProfile(
+        metadata={"name": f"{short}-{gpu.name}-tp{gpus}"},
+        spec=GPUProfileSpec(
+            model=model.name,
+            gpu_type=gpu.name,
+            gpus_per_replica=gpus,
+            input_edges=input_edges,
+            output_edges=output_edges,
+            tables=tables,
+            source=f"roofline estimate (gpumix {__version__}; {gpu.source} specs); not measured",
+        ),
+    )
