@@ -104,7 +104,11 @@ def _run_cbc(problem: pulp.LpProblem, time_limit_s: float) -> SolveResult:
         status = "optimal"
     elif problem.sol_status == pulp.LpSolutionIntegerFeasible:
         status = "feasible"
-    elif problem.sol_status == pulp.LpSolutionInfeasible:
+    elif problem.sol_status == pulp.LpSolutionInfeasible or (
+        # "Integer infeasible" reaches PuLP as status Infeasible without a solution status;
+        # CBC says the same when stopped early, so only trust it inside the time limit.
+        problem.status == pulp.LpStatusInfeasible and time.perf_counter() - start < time_limit_s
+    ):
         status = "infeasible"
     elif problem.status == pulp.LpStatusNotSolved:
         # PuLP maps CBC's "Stopped" without a solution here; the only limit we set is time.

@@ -1,0 +1,103 @@
+"""Property tests on random small instances (2–3 types, ≤3×3 buckets, slice factor 1–4)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from plan_helpers import brute_force_cost
+
+from gpumix.plan import (
+    AllocationInstance,
+    Formulation,
+    GPUOption,
+    plan_allocation,
+    solve,
+)
+
+QUICK = settings(max_examples=40, deadline=None)
+
+
+@st.composite
+def instances(
+    draw: st.DrawFn, max_rows: int = 3, max_cols: int = 3, max_slices: int = 4
+) -> AllocationInstance:
+    rows = draw(st.integers(1, max_rows))
+    cols = draw(st.integers(1, max_cols))
+    n_types = draw(st.integers(2, 3))
+    rate = st.one_of(st.just(0.0), st.integers(1, 80).map(lambda x: x / 8))
+    # gpu0 serves every bucket (so a plan exists); the others sometimes can't (MaxTput 0).
+    positive = st.integers(1, 120).map(lambda x: x / 4)
+    tput = st.one_of(st.just(0.0), positive)
+
+    def matrix(elements: st.SearchStrategy[float]) -> st.SearchStrategy[list[list[float]]]:
+        row = st.lists(elements, min_size=cols, max_size=cols)
+        return st.lists(row, min_size=rows, max_size=rows)
+
+    gpus = [
+        GPUOption(
+            name=f"gpu{k}",
+            cost_per_hour=draw(st.integers(10, 800).map(lambda x: x / 100)),
+            max_tput=draw(matrix(positive if k == 0 else tput)),
+        )
+        for k in range(n_types)
+    ]
+    return AllocationInstance(
+        rates=draw(matrix(rate)), gpus=gpus, slice_factor=draw(st.integers(1, max_slices))
+    )
+
+
+@QUICK
+@given(instances())
+def test_mix_is_feasible_and_no_dearer_than_any_baseline(inst: AllocationInstance) -> None:
+    plan = plan_allocation(inst)
+    mix = plan.allocation
+    assert mix is not None
+    assert mix.result.status == "optimal"
+    rows, cols = inst.shape
+    for i in range(rows):
+        for j in range(cols):
+            assigned = sum(mix.share[g.name][i][j] for g in inst.gpus)
+            assert assigned == pytest.approx(1.0 if inst.rates[i][j] > 0 else 0.0, abs=1e-9)
+    for k, gpu in enumerate(inst.gpus):
+        load = sum(
+            mix.share[gpu.name][i][j] * inst.slice_factor * (inst.slice_load(k, (i, j)) or 0.0)
+            for i in range(rows)
+            for j in range(cols)
+        )
+        assert load <= mix.counts[gpu.name] + 1e-6
+        assert load == pytest.approx(mix.load[gpu.name], abs=1e-9)
+    for name, baseline in plan.baselines.items():
+        if baseline is not None:
+            assert mix.cost_per_hour <= baseline.cost_per_hour + 1e-6
+            assert plan.savings[name] is not None
+            assert plan.savings[name] >= -1e-9  # type: ignore[operator]
+
+
+@QUICK
+@given(instances())
+def test_aggregated_optimum_equals_paper_optimum(inst: AllocationInstance) -> None:
+    ours = solve(inst, Formulation.AGGREGATED)
+    theirs = solve(inst, Formulation.PAPER)
+    assert ours is not None
+    assert theirs is not None
+    assert ours.cost_per_hour == pytest.approx(theirs.cost_per_hour, abs=1e-6)
+
+
+@QUICK
+@given(instances())
+def test_cbc_and_highs_agree_on_cost(inst: AllocationInstance) -> None:
+    highs = solve(inst, solver="highs")
+    cbc = solve(inst, solver="cbc")
+    assert highs is not None
+    assert cbc is not None
+    assert (highs.result.solver, cbc.result.solver) == ("highs", "cbc")
+    assert highs.cost_per_hour == pytest.approx(cbc.cost_per_hour, abs=1e-6)
+
+
+@QUICK
+@given(instances(max_rows=1, max_cols=2, max_slices=3))
+def test_optimum_equals_brute_force_on_tiny_instances(inst: AllocationInstance) -> None:
+    allocation = solve(inst)
+    assert allocation is not None
+    assert allocation.cost_per_hour == pytest.approx(brute_force_cost(inst), abs=1e-6)
