@@ -1,8 +1,8 @@
 """LLMService: one model served under a latency SLO, on whatever GPU mix is cheapest."""
 
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Self
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from gpumix.api.base import ApiModel, Condition, Resource
 from gpumix.api.workload import Workload
@@ -60,6 +60,14 @@ class LLMServiceSpec(ApiModel):
     max_replicas: int | None = Field(
         default=None, ge=0, description="Most replicas across all pools (unbounded if unset)."
     )
+
+    @model_validator(mode="after")
+    def _check_replicas(self) -> Self:
+        if self.max_replicas is not None and self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas ({self.min_replicas}) must be <= maxReplicas ({self.max_replicas})"
+            )
+        return self
 
 
 class PoolAllocation(ApiModel):

@@ -1,0 +1,103 @@
+"""`gpumix` end to end in-process: plan the shipped example, read Mélange configs, report errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpumix.api import GPUProfile
+from gpumix.cli import main
+
+from .conftest import EXAMPLES
+
+EXAMPLE = [str(EXAMPLES / "chat.yaml"), str(EXAMPLES / "profiles-llama-2-7b.yaml")]
+
+
+def test_plan_example_prints_mix_and_baselines(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", *EXAMPLE]) == 0
+    out = capsys.readouterr().out
+    assert "LLMService default/chat" in out
+    assert "single-type baselines" in out
+    assert "the mix saves" in out
+
+
+def test_plan_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", *EXAMPLE, "--output", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert {"status", "allocation", "cost_per_hour", "baselines", "solve_seconds"} <= set(result)
+    assert result["status"] == "optimal"
+    feasible = [c for c in result["baselines"].values() if c is not None]
+    assert feasible
+    assert result["cost_per_hour"] <= min(feasible) + 1e-9
+    assert set(result["allocation"]) == {"l4", "a10g", "a100-80gb", "h100"}
+
+
+def test_cbc_and_paper_formulation_agree(capsys: pytest.CaptureFixture[str]) -> None:
+    costs = []
+    for extra in (["--solver", "cbc"], ["--formulation", "paper"], []):
+        assert main(["plan", *EXAMPLE, "--output", "json", *extra]) == 0
+        costs.append(json.loads(capsys.readouterr().out)["cost_per_hour"])
+    assert costs[0] == pytest.approx(costs[2])
+    assert costs[1] == pytest.approx(costs[2])
+
+
+def test_melange_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = {
+        "gpu_info": {"A10G": {"cost": 1.01, "tputs": [[5, 1], [10, 5]]},
+                     "A100": {"cost": 3.67, "tputs": [[20, 2], [50, 20]]}},
+        "workload_distribution": [[0.25, 0.5], [0.25, 0.25]],
+        "total_request_rate": 16,
+        "slice_factor": 1,
+    }  # fmt: skip
+    path = tmp_path / "melange.json"
+    path.write_text(json.dumps(config))
+    assert main(["plan", "--melange-config", str(path), "--output", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["status"] == "optimal"
+    assert set(result["allocation"]) == {"A10G", "A100"}
+    assert result["cost_per_hour"] <= min(result["baselines"].values())
+
+
+def test_bad_manifest_names_file_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = yaml.safe_load((EXAMPLES / "chat.yaml").read_text())
+    doc["spec"]["workload"]["requestRate"] = -3
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["plan", str(path), EXAMPLE[1]]) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml (document 1): LLMService 'chat' is invalid" in err
+    assert "spec.workload.requestRate: Input should be greater than or equal to 0" in err
+
+
+def test_unservable_bucket_is_an_error_naming_bucket_and_slo(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = yaml.safe_load((EXAMPLES / "chat.yaml").read_text())
+    doc["spec"]["slo"]["tpotMs"] = 40  # L4 cannot meet it at all; large buckets nobody can
+    doc["spec"]["workload"]["inputEdges"][-1] = 4000
+    path = tmp_path / "tight.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["plan", str(path), EXAMPLE[1]]) == 1
+    err = capsys.readouterr().err
+    assert "cannot be served by any allowed GPU type within TPOT 40 ms" in err
+    assert "input 2048–4000" in err
+
+
+def test_profile_estimate_emits_valid_profiles(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["profile", "estimate", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a10g,h100",
+            "--input-edges", "1,100,1000", "--output-edges", "1,100"]  # fmt: skip
+    assert main(args) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    profiles = [GPUProfile.model_validate(d) for d in docs]
+    assert [p.spec.gpu_type for p in profiles] == ["a10g", "h100"]
+    assert all(t.max_tput[0][0] > 0 for p in profiles for t in p.spec.tables or [])
+
+
+def test_profile_estimate_unknown_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["profile", "estimate", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "tpu",
+            "--input-edges", "1,100", "--output-edges", "1,100"]  # fmt: skip
+    assert main(args) == 2
+    assert "unknown GPU type 'tpu'" in capsys.readouterr().err
