@@ -160,6 +160,12 @@ def load_pools(path: Path = DEFAULT_POOLS_FILE) -> list[GpuPool]:
     return pools
 
 
+def _natural(name: str) -> tuple[str, int]:
+    """Sort key putting gpu-l4-2 before gpu-l4-10."""
+    stem, _, index = name.rpartition("-")
+    return (stem, int(index)) if index.isdigit() else (name, -1)
+
+
 def node_name(pool: GpuPool, index: int) -> str:
     return f"gpu-{pool.name}-{index}"
 
@@ -311,6 +317,7 @@ def make_pki(pki: Path) -> None:
         "admin": ("/O=system:masters/CN=gpumix-hack-admin", "clientAuth", None),
         "kube-controller-manager": ("/CN=system:kube-controller-manager", "clientAuth", None),
         "kube-scheduler": ("/CN=system:kube-scheduler", "clientAuth", None),
+        "front-proxy-client": ("/CN=front-proxy-client", "clientAuth", None),
         # KWOK patches node and pod status and deletes pods: simplest is cluster-admin.
         "kwok": ("/O=system:masters/CN=kwok-controller", "clientAuth", None),
     }
@@ -447,7 +454,9 @@ class Cluster:
                 start_new_session=True,  # survives the CLI; not killed by the terminal's ^C
             )
         self._popen[proc.pid] = proc
-        self.processes.append(ProcessRecord(name, proc.pid, str(binary), str(log_path)))
+        self.processes.append(
+            ProcessRecord(name, proc.pid, os.path.realpath(binary), str(log_path))
+        )
         self.save()
 
     def _record(self, name: str) -> ProcessRecord:
@@ -458,7 +467,8 @@ class Cluster:
             return proc.poll() is None
         try:
             # Guard against pid reuse: the pid must still run the binary we started.
-            return os.readlink(f"/proc/{record.pid}/exe") == record.binary
+            exe = os.readlink(f"/proc/{record.pid}/exe").removesuffix(" (deleted)")
+            return exe == record.binary
         except FileNotFoundError:
             return False
         except OSError:  # no /proc (macOS): fall back to "some process has this pid"
@@ -484,21 +494,22 @@ class Cluster:
     def running(self) -> bool:
         return bool(self.processes) and all(self._running(p) for p in self.processes)
 
-    def stop(self, *, remove_state: bool = True, timeout: float = 15.0) -> None:
-        """Stop every process (newest first) and, by default, delete the cluster directory."""
+    def stop(self, *, remove_state: bool = True, timeout: float = 20.0) -> None:
+        """Stop every process (newest first, each before the next) and delete the directory.
+
+        With ``remove_state=False`` the logs and kubeconfigs stay (etcd data and PKI go).
+        """
         for record in reversed(self.processes):
-            if not self._running(record):
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(record.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for record in reversed(self.processes):
-            while self._running(record) and time.monotonic() < deadline:
-                time.sleep(0.1)
             if self._running(record):
-                log(f"{record.name} (pid {record.pid}) ignored SIGTERM; killing it")
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(record.pid, signal.SIGKILL)
+                    os.kill(record.pid, signal.SIGTERM)
+                deadline = time.monotonic() + timeout
+                while self._running(record) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if self._running(record):
+                    log(f"{record.name} (pid {record.pid}) ignored SIGTERM for {timeout}s; killing")
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(record.pid, signal.SIGKILL)
             if (proc := self._popen.pop(record.pid, None)) is not None:
                 proc.wait()
         if remove_state:
@@ -576,6 +587,17 @@ class Cluster:
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=RBAC", "--allow-privileged=true", "--profiling=false",
+            # The apiserver would publish 127.0.0.1 as the endpoint of Service "kubernetes",
+            # which Endpoints validation rejects (and nothing routes ClusterIPs here anyway).
+            "--endpoint-reconciler-type=none",
+            # Front-proxy (aggregation) trust, so components find a complete auth config.
+            f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
         ])  # fmt: skip
         api = self.api()
         wait_for("kube-apiserver /readyz", lambda: api.get("/readyz") and True,
@@ -642,7 +664,7 @@ class Cluster:
         selector = f"{POOL_LABEL}={pool}" if pool else POOL_LABEL
         query = urllib.parse.urlencode({"labelSelector": selector})
         items = self.api().get(f"/api/v1/nodes?{query}")["items"]
-        return sorted(item["metadata"]["name"] for item in items)
+        return sorted((item["metadata"]["name"] for item in items), key=_natural)
 
     def add_gpu_nodes(self, pool: str | GpuPool, count: int = 1, *, wait: bool = True) -> list[str]:
         """Create ``count`` more nodes of a pool (next free indices); wait until Ready."""
