@@ -44,8 +44,13 @@ def pool_price(pool: GPUPool) -> float | None:
 
 
 def build_problem(
-    service: LLMService, pools: list[GPUPool], profiles: list[GPUProfile]
+    service: LLMService,
+    pools: list[GPUPool],
+    profiles: list[GPUProfile],
+    available_gpus: dict[str, int] | None = None,
 ) -> ServiceProblem:
+    """The service's allocation problem. `available_gpus` (pool → GPUs this service may take)
+    caps each option; without it only the pools' own `maxGPUs` do."""
     spec = service.spec
     wanted = set(spec.pools) if spec.pools else {p.name for p in pools}
     excluded = {
@@ -87,6 +92,8 @@ def build_problem(
             excluded[pool.name] = str(err)
             continue
         cap = pool.spec.max_gpus
+        if available_gpus is not None and pool.name in available_gpus:
+            cap = available_gpus[pool.name]
         options.append(
             GPUOption(
                 name=pool.name,
