@@ -11,6 +11,7 @@ from gpumix.api import RESOURCES, GPUPool, GPUPoolSpec, GPUProfile, LLMService
 from gpumix.api.crdgen import write_crds
 from gpumix.manifests import ManifestError, describe, load_objects
 from gpumix.melange_config import MelangeConfig
+from gpumix.operator.run import add_parser as add_run_parser
 from gpumix.plan import (
     AllocationInstance,
     Formulation,
@@ -209,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--output-edges", required=True, help="e.g. 1,64,128,256,512,1001")
     est.add_argument("--gpus-per-replica", type=int, choices=[1, 2, 4, 8], default=1)
     est.set_defaults(func=_profile_estimate)
+
+    add_run_parser(sub)
     return parser
 
 

@@ -1,0 +1,49 @@
+"""kopf registrations: watch events only update the view; the planner loop does the rest.
+
+No change handlers means kopf adds no finalizers and writes no annotations on our objects; its
+storage prefixes are still set under gpumix.io so nothing kopf might write is anonymous.
+"""
+
+import logging
+from typing import Any
+
+import kopf
+
+from gpumix.api import GROUP, VERSION
+from gpumix.operator.view import ClusterView
+
+WATCHES: dict[str, tuple[str, str, str, dict[str, str] | None]] = {
+    "services": (GROUP, VERSION, "llmservices", None),
+    "pools": (GROUP, VERSION, "gpupools", None),
+    "profiles": (GROUP, VERSION, "gpuprofiles", None),
+    "nodes": ("", "v1", "nodes", None),
+    "pods": ("", "v1", "pods", None),
+    "deployments": ("apps", "v1", "deployments", {"app.kubernetes.io/managed-by": "gpumix"}),
+    "hpas": ("autoscaling", "v2", "horizontalpodautoscalers", None),
+}
+
+
+def configure(settings: kopf.OperatorSettings, log_json: bool) -> None:
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 60
+    if log_json:
+        settings.posting.enabled = True
+
+
+def register(registry: kopf.OperatorRegistry, view: ClusterView, log_json: bool) -> None:
+    for kind, (group, version, plural, labels) in WATCHES.items():
+
+        def on_event(event: kopf.RawEvent, _kind: str = kind, **_: Any) -> None:
+            view.update(_kind, event.get("type"), dict(event["object"]))
+
+        kopf.on.event(group, version, plural, labels=labels, registry=registry)(on_event)
+
+    @kopf.on.startup(registry=registry)
+    def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure(settings, log_json)

@@ -1,0 +1,92 @@
+"""Writes to the Kubernetes API: server-side apply of owned objects, status, events, deletes.
+
+Blocking calls of the kubernetes client; the planner runs them in a worker thread. The client's
+dynamic module and config loaders are untyped, hence a mypy override in pyproject.toml.
+"""
+
+import logging
+import uuid
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from gpumix.api import GROUP, VERSION
+from gpumix.render import FIELD_MANAGER
+
+log = logging.getLogger("gpumix.kube")
+
+
+class KubeWriter:
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = api
+        self._dynamic = DynamicClient(api)
+        self._custom = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
+        self._apps = client.AppsV1Api(api)
+        self._last_applied: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+
+    def apply(self, obj: dict[str, Any]) -> bool:
+        """Server-side apply with our field manager; skipped when identical to our last apply
+        (a restart re-applies once, which the apiserver treats as a no-op)."""
+        meta = obj["metadata"]
+        key = (obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
+        if self._last_applied.get(key) == obj:
+            return False
+        resource = self._dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        self._dynamic.server_side_apply(
+            resource,
+            body=obj,
+            namespace=meta.get("namespace"),
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+        )
+        self._last_applied[key] = obj
+        return True
+
+    def delete_deployment(self, namespace: str, name: str) -> None:
+        try:
+            self._apps.delete_namespaced_deployment(name, namespace)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+        self._last_applied.pop(("apps/v1", "Deployment", namespace, name), None)
+
+    def patch_service_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self._custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, "llmservices", name, {"status": status}
+        )
+
+    def patch_pool_status(self, name: str, status: dict[str, Any]) -> None:
+        self._custom.patch_cluster_custom_object_status(
+            GROUP, VERSION, "gpupools", name, {"status": status}
+        )
+
+    def event(self, owner: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
+        meta = owner["metadata"]
+        body: Any = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta['name']}.{uuid.uuid4().hex[:12]}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": "gpumix"},
+            "reportingComponent": "gpumix",
+            "reportingInstance": "gpumix",
+        }
+        self._core.create_namespaced_event(meta["namespace"], body)

@@ -1,0 +1,133 @@
+"""The cluster-wide planner loop: every change (debounced) and every interval, one pass.
+
+A pass snapshots the view, runs the pure `plan_cluster` in a worker thread (the ILP is CPU-bound)
+and writes what changed. A failed write is logged and counted; the next pass retries it.
+"""
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpumix.api import GPUPool, GPUPoolStatus, LLMService, LLMServiceStatus
+from gpumix.operator import metrics
+from gpumix.operator.kube import KubeWriter
+from gpumix.operator.view import ClusterView
+from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
+from gpumix.reconcile.objects import desired_objects
+from gpumix.render import Owner, deployment_name
+
+log = logging.getLogger("gpumix.planner")
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _dump(status: GPUPoolStatus | LLMServiceStatus) -> dict[str, Any]:
+    return status.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def _same_status(
+    model: type[GPUPoolStatus | LLMServiceStatus], old: Any, new: dict[str, Any]
+) -> bool:
+    try:
+        return _dump(model.model_validate(old or {})) == new
+    except ValidationError:
+        return False
+
+
+class Planner:
+    def __init__(
+        self, view: ClusterView, writer: KubeWriter, interval_s: float, time_limit_s: float
+    ) -> None:
+        self.view, self.writer = view, writer
+        self.interval_s, self.time_limit_s = interval_s, time_limit_s
+        self.ready = asyncio.Event()
+        """Set after the first pass, so that probes can tell a working operator."""
+
+    async def run(self, settle_s: float = 1.0) -> None:
+        await asyncio.sleep(settle_s)  # let the initial watch listings fill the view
+        while True:
+            self.view.changed.clear()
+            try:
+                await self.pass_once()
+            except Exception:
+                metrics.ERRORS.labels(stage="pass").inc()
+                log.exception("planner pass failed; retrying on the next change or interval")
+            self.ready.set()
+            try:
+                await asyncio.wait_for(self.view.changed.wait(), timeout=self.interval_s)
+                await asyncio.sleep(settle_s)  # debounce bursts of watch events
+            except TimeoutError:
+                pass
+
+    async def pass_once(self) -> None:
+        start = time.perf_counter()
+        snapshot = self.view.snapshot(now_rfc3339(), self.time_limit_s)
+        decision = await asyncio.to_thread(plan_cluster, snapshot)
+        await asyncio.to_thread(self._write, decision, snapshot.now)
+        metrics.PASSES.observe(time.perf_counter() - start)
+
+    def _write(self, decision: ClusterDecision, now: str) -> None:
+        pools_raw = {k[1]: b for k, b in self.view.objects["pools"].items()}
+        for name, status in decision.pool_status.items():
+            body = pools_raw.get(name)
+            new = _dump(status)
+            if body is None or _same_status(GPUPoolStatus, body.get("status"), new):
+                continue
+            self._guard("pool-status", self.writer.patch_pool_status, name, new)
+        pools = {}
+        for name, body in pools_raw.items():
+            try:
+                pools[name] = GPUPool.model_validate({**body, "status": None})
+            except ValidationError:
+                continue
+        for bad in decision.invalid:
+            log.warning("invalid %s %s: %s", bad.kind, "/".join(filter(None, bad.key)), bad.message)
+        for key, sd in decision.services.items():
+            body = self.view.objects["services"].get(key)
+            if body is None:
+                continue
+            ns, name = key
+            metrics.PLANS.labels(namespace=ns, service=name).inc()
+            try:
+                service = LLMService.model_validate({**body, "status": None})
+            except ValidationError:
+                service = None
+            if service is not None and sd.apply is not None:
+                owner = Owner(name=name, namespace=ns, uid=body["metadata"]["uid"])
+                for obj in desired_objects(service, owner, sd, pools):
+                    self._guard("apply", self.writer.apply, obj)
+                for pool in sd.delete:
+                    self._guard(
+                        "delete", self.writer.delete_deployment, ns, deployment_name(name, pool)
+                    )
+            if sd.target is not None:
+                for pool, n in sd.target.items():
+                    gpus = n * sd.choices[pool].gpus_per_replica if pool in sd.choices else n
+                    metrics.GPUS.labels(namespace=ns, service=name, pool=pool).set(gpus)
+            if sd.status.cost_per_hour is not None:
+                metrics.COST.labels(namespace=ns, service=name).set(sd.status.cost_per_hour)
+            if sd.status.solve_seconds is not None and sd.apply is not None:
+                metrics.SOLVE.observe(sd.status.solve_seconds)
+            new = _dump(sd.status)
+            if not _same_status(LLMServiceStatus, body.get("status"), new):
+                old_keys = set((body.get("status") or {}).keys())
+                patch: dict[str, Any] = dict.fromkeys(old_keys - new.keys())
+                self._guard("service-status", self.writer.patch_service_status, ns, name,
+                            {**patch, **new})  # fmt: skip
+            for ev in sd.events:
+                self._guard("event", self.writer.event, body, ev.type, ev.reason, ev.message, now)
+                log.info("%s/%s %s: %s", ns, name, ev.reason, ev.message)
+
+    @staticmethod
+    def _guard(stage: str, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            metrics.ERRORS.labels(stage=stage).inc()
+            log.exception("%s failed", stage)

@@ -1,0 +1,91 @@
+"""`gpumix run`: the operator process — kopf watches, the planner loop, metrics and health."""
+
+import argparse
+import asyncio
+import logging
+import os
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+from prometheus_client import start_http_server
+
+from gpumix.operator.handlers import register
+from gpumix.operator.kube import KubeWriter
+from gpumix.operator.loop import Planner
+from gpumix.operator.view import ClusterView
+
+log = logging.getLogger("gpumix")
+
+
+def _api_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
+    if kubeconfig:
+        os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config(config_file=kubeconfig, context=context)
+    return client.ApiClient()
+
+
+async def _main(args: argparse.Namespace) -> None:
+    view = ClusterView()
+    registry = kopf.OperatorRegistry()
+    register(registry, view, log_json=args.log_format == "json")
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_via_client(**kwargs)
+
+    planner = Planner(
+        view,
+        KubeWriter(_api_client(args.kubeconfig, args.context)),
+        interval_s=args.interval,
+        time_limit_s=args.solver_time_limit,
+    )
+
+    @kopf.on.probe(id="planner", registry=registry)
+    def planner_probe(**_: Any) -> bool:
+        return planner.ready.is_set()
+
+    start_http_server(args.metrics_port, addr=args.bind)
+    tasks = [
+        asyncio.create_task(
+            kopf.operator(
+                registry=registry,
+                clusterwide=True,
+                standalone=True,
+                liveness_endpoint=f"http://{args.bind}:{args.health_port}/healthz",
+            ),
+            name="kopf",
+        ),
+        asyncio.create_task(planner.run(), name="planner"),
+    ]
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    for task in done:
+        task.result()
+
+
+def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    run = sub.add_parser("run", help="run the operator (against a kubeconfig or in-cluster)")
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube)")
+    run.add_argument("--context", help="kubeconfig context (default: current)")
+    run.add_argument("--interval", type=float, default=30.0, help="seconds between passes")
+    run.add_argument("--solver-time-limit", type=float, default=30.0, help="seconds per ILP")
+    run.add_argument("--metrics-port", type=int, default=8080)
+    run.add_argument("--health-port", type=int, default=8081, help="GET /healthz")
+    run.add_argument("--bind", default="0.0.0.0", help="address of the metrics/health servers")
+    run.add_argument("--log-format", choices=["plain", "json"], default="json")
+    run.set_defaults(func=run_operator)
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    kopf.configure(
+        verbose=False,
+        log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,
+    )
+    logging.getLogger("gpumix").setLevel(logging.INFO)
+    asyncio.run(_main(args))
+    return 0

@@ -1,0 +1,89 @@
+"""Raw Kubernetes objects → the few facts the planner needs (pure, so it is unit-tested)."""
+
+from collections.abc import Iterable
+from typing import Any
+
+from gpumix.reconcile.capacity import GPU_RESOURCE, MANAGED_BY, NodeInfo, PodInfo
+from gpumix.reconcile.service import Running
+
+SERVICE_LABEL = "gpumix.io/service"
+POOL_LABEL = "gpumix.io/pool"
+
+
+def _quantity(value: Any) -> int:
+    """GPU counts are whole numbers; anything unparsable counts as none."""
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _container_gpus(container: dict[str, Any]) -> int:
+    res = container.get("resources") or {}
+    # Extended resources cannot be overcommitted: requests default to limits.
+    req = (res.get("requests") or {}).get(GPU_RESOURCE)
+    return _quantity(req if req is not None else (res.get("limits") or {}).get(GPU_RESOURCE))
+
+
+def pod_spec_gpus(spec: dict[str, Any]) -> int:
+    """What the scheduler reserves: the sum over containers, or the largest init container."""
+    main = sum(_container_gpus(c) for c in spec.get("containers") or [])
+    init = max((_container_gpus(c) for c in spec.get("initContainers") or []), default=0)
+    return max(main, init)
+
+
+def node_info(body: dict[str, Any]) -> NodeInfo:
+    meta, status = body.get("metadata", {}), body.get("status") or {}
+    return NodeInfo(
+        name=meta.get("name", ""),
+        labels=meta.get("labels") or {},
+        allocatable_gpus=_quantity((status.get("allocatable") or {}).get(GPU_RESOURCE, 0)),
+    )
+
+
+def pod_info(body: dict[str, Any]) -> PodInfo:
+    meta, spec = body.get("metadata", {}), body.get("spec") or {}
+    return PodInfo(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        node=spec.get("nodeName"),
+        gpus=pod_spec_gpus(spec),
+        phase=(body.get("status") or {}).get("phase", "Pending"),
+        managed_by_gpumix=(meta.get("labels") or {}).get(MANAGED_BY) == "gpumix",
+    )
+
+
+def running_services(deployments: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Running]:
+    """(namespace, service) → replicas, available replicas and GPUs per replica, per pool."""
+    acc: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+    for body in deployments:
+        meta = body.get("metadata", {})
+        labels = meta.get("labels") or {}
+        service, pool = labels.get(SERVICE_LABEL), labels.get(POOL_LABEL)
+        if not service or not pool or meta.get("deletionTimestamp"):
+            continue
+        spec = body.get("spec") or {}
+        entry = acc.setdefault((meta.get("namespace", ""), service), {
+            "replicas": {}, "ready": {}, "gpus_per_replica": {}})  # fmt: skip
+        entry["replicas"][pool] = int(spec.get("replicas", 1))
+        entry["ready"][pool] = int((body.get("status") or {}).get("availableReplicas") or 0)
+        template = (spec.get("template") or {}).get("spec") or {}
+        entry["gpus_per_replica"][pool] = pod_spec_gpus(template) or 1
+    return {key: Running.model_validate(v) for key, v in acc.items()}
+
+
+def autoscaler_targets(
+    hpas: Iterable[dict[str, Any]],
+) -> dict[tuple[str, str], str]:
+    """(namespace, Deployment name) → which HorizontalPodAutoscaler scales it. KEDA ScaledObjects
+    act through an HPA they create, so they are caught here too."""
+    out: dict[tuple[str, str], str] = {}
+    for body in hpas:
+        meta, ref = body.get("metadata", {}), (body.get("spec") or {}).get("scaleTargetRef") or {}
+        if ref.get("kind") == "Deployment" and ref.get("name"):
+            owner: dict[str, Any] = next(iter(meta.get("ownerReferences") or []), {})
+            who = f"HorizontalPodAutoscaler {meta.get('name')}"
+            if owner.get("kind") == "ScaledObject":
+                who += f" (KEDA ScaledObject {owner.get('name')})"
+            out[meta.get("namespace", ""), ref["name"]] = who
+    return out
