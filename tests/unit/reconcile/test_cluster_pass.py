@@ -1,0 +1,193 @@
+"""The cluster-wide planner pass on realistic snapshots (no cluster needed)."""
+
+from typing import Any
+
+import pytest
+import yaml
+
+from gpumix.reconcile.capacity import NodeInfo, PodInfo
+from gpumix.reconcile.cluster import Snapshot, plan_cluster
+from gpumix.reconcile.digest import autoscaler_targets, pod_info, running_services
+from gpumix.reconcile.service import Running
+
+from ..conftest import EXAMPLES
+
+NOW = "2026-11-21T12:00:00Z"
+CLASSES = {"l4": 1, "a10g": 1, "a100-80gb": 8, "h100": 8}
+
+
+def nodes(per_class: dict[str, int]) -> list[NodeInfo]:
+    return [
+        NodeInfo(name=f"{c}-{i}", labels={"gpumix.io/gpu-class": c}, allocatable_gpus=CLASSES[c])
+        for c, n in per_class.items()
+        for i in range(n)
+    ]
+
+
+def pools() -> list[dict[str, Any]]:
+    return [
+        {"apiVersion": "gpumix.io/v1alpha1", "kind": "GPUPool",
+         "metadata": {"name": c, "generation": 1},
+         "spec": {"gpuType": c, "nodeSelector": {"gpumix.io/gpu-class": c}}}
+        for c in CLASSES
+    ]  # fmt: skip
+
+
+def service(name: str, rate: float, created: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = yaml.safe_load((EXAMPLES / "chat.yaml").read_text())
+    body["metadata"].update(name=name, uid=f"uid-{name}", generation=1, creationTimestamp=created)
+    body["spec"]["workload"]["requestRate"] = rate
+    body["spec"].update(spec)
+    return body
+
+
+def profiles() -> list[dict[str, Any]]:
+    return list(yaml.safe_load_all((EXAMPLES / "profiles-llama-2-7b.yaml").read_text()))
+
+
+def snap(**kw: Any) -> Snapshot:
+    base: dict[str, Any] = {
+        "services": [], "pools": pools(), "profiles": profiles(),
+        "nodes": nodes({"l4": 4, "a10g": 4, "a100-80gb": 3, "h100": 2}), "pods": [],
+        "running": {}, "autoscalers": {}, "now": NOW,
+    }  # fmt: skip
+    return Snapshot.model_validate({**base, **kw})
+
+
+def cond(status: Any, type_: str) -> tuple[str, str, str]:
+    c = next(c for c in status.conditions if c.type == type_)
+    return c.status.value, c.reason, c.message
+
+
+def test_new_service_gets_a_plan_and_rolls_out() -> None:
+    d = plan_cluster(snap(services=[service("chat", 5.5, "2026-01-01T00:00:00Z")]))
+    sd = d.services[("default", "chat")]
+    assert sd.target is not None and sd.apply is not None
+    assert sd.apply == {p: n for p, n in sd.target.items() if n}
+    assert cond(sd.status, "Planned")[:2] == ("True", "PlanComputed")
+    assert cond(sd.status, "Ready")[:2] == ("False", "RollingOut")
+    assert sd.status.cost_per_hour is not None and sd.status.savings_percent is not None
+    assert [e.reason for e in sd.events] == ["PlanChanged"]
+    assert d.pool_status["a100-80gb"].allocatable_gpus == 24
+    assert d.pool_status["h100"].nodes == 2
+
+
+def test_ready_once_every_replica_is_available() -> None:
+    first = plan_cluster(snap(services=[service("chat", 5.5, "t0")])).services[("default", "chat")]
+    assert first.target is not None
+    live = {p: n for p, n in first.target.items() if n}
+    body = service("chat", 5.5, "t0")
+    body["status"] = first.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    again = plan_cluster(
+        snap(services=[body], running={("default", "chat"): Running(replicas=live, ready=live)})
+    ).services[("default", "chat")]
+    assert cond(again.status, "Ready")[:2] == ("True", "Serving")
+    assert again.target == first.target
+    assert again.events == []  # nothing changed, nothing to announce
+
+
+def test_second_service_that_does_not_fit_reports_insufficient_capacity() -> None:
+    # Only two A10G and two L4 GPUs exist, and no profile lets anything else in.
+    small = snap(nodes=nodes({"l4": 2, "a10g": 2}), pools=pools()[:2])
+    both = [
+        service("first", 1, "2026-01-01T00:00:00Z"),
+        service("second", 3, "2026-01-02T00:00:00Z"),
+    ]
+    d = plan_cluster(small.model_copy(update={"services": both}))
+    first, second = d.services[("default", "first")], d.services[("default", "second")]
+    assert first.target is not None
+    assert cond(second.status, "Ready")[1] == "InsufficientCapacity"
+    assert second.apply is None
+    msg = cond(second.status, "Ready")[2]
+    assert "the cheapest plan needs" in msg and "free for this service" in msg
+    used = {p: first.held_gpus.get(p, 0) for p in ("l4", "a10g")}
+    assert used["l4"] <= 2 and used["a10g"] <= 2
+
+
+def test_unservable_slo_keeps_running_deployments() -> None:
+    body = service("chat", 5.5, "t0")
+    body["spec"]["slo"]["tpotMs"] = 41  # nothing serves the big buckets this fast
+    body["spec"]["workload"]["inputEdges"][-1] = 4000
+    running = Running(replicas={"a10g": 1}, ready={"a10g": 1}, gpus_per_replica={"a10g": 1})
+    sd = plan_cluster(snap(services=[body], running={("default", "chat"): running})).services[
+        ("default", "chat")
+    ]
+    assert sd.apply is None and sd.delete == []
+    ready = cond(sd.status, "Ready")
+    assert ready[:2] == ("False", "Unservable")
+    assert "input 2048–4000" in ready[2] and "TPOT 41 ms" in ready[2]
+    assert cond(sd.status, "Degraded")[:2] == ("True", "KeepingLastPlan")
+    assert sd.held_gpus == {"a10g": 1}
+
+
+def test_invalid_spec_names_the_field_and_touches_nothing() -> None:
+    body = service("chat", 5.5, "t0")
+    body["spec"]["workload"]["histogram"] = [[0] * 5 for _ in range(5)]
+    sd = plan_cluster(snap(services=[body])).services[("default", "chat")]
+    assert sd.apply is None
+    status, reason, message = cond(sd.status, "Ready")
+    assert (status, reason) == ("False", "InvalidSpec")
+    assert "histogram: at least one bucket must have a positive share" in message
+
+
+def test_autoscaler_owned_pool_is_left_alone() -> None:
+    running = Running(replicas={"a10g": 3}, ready={"a10g": 3}, gpus_per_replica={"a10g": 1})
+    sd = plan_cluster(
+        snap(
+            services=[service("chat", 5.5, "t0")],
+            running={("default", "chat"): running},
+            autoscalers={("default", "chat-a10g"): "HorizontalPodAutoscaler chat"},
+        )
+    ).services[("default", "chat")]
+    assert sd.apply is not None and "a10g" not in sd.apply
+    assert sd.target is not None and sd.target["a10g"] == 3
+    assert "a10g" not in sd.delete
+    assert cond(sd.status, "ConflictingAutoscaler")[:2] == ("True", "AutoscalerTargetsDeployment")
+
+
+def test_sticky_plan_keeps_an_equally_cheap_running_mix() -> None:
+    first = plan_cluster(snap(services=[service("chat", 5.5, "t0")])).services[("default", "chat")]
+    assert first.target is not None
+    live = {p: n for p, n in first.target.items() if n}
+    again = plan_cluster(
+        snap(
+            services=[service("chat", 5.5, "t0")],
+            running={("default", "chat"): Running(replicas=live, ready=live)},
+        )
+    ).services[("default", "chat")]
+    assert again.apply == live
+
+
+def test_foreign_pods_reduce_free_capacity() -> None:
+    hog = PodInfo(namespace="x", name="hog", node="a100-80gb-0", gpus=8, phase="Running",
+                  managed_by_gpumix=False)  # fmt: skip
+    d = plan_cluster(snap(pods=[hog]))
+    assert d.pool_status["a100-80gb"].allocated_gpus == 8
+
+
+@pytest.mark.parametrize(
+    ("resources", "gpus"),
+    [({"limits": {"nvidia.com/gpu": "2"}}, 2), ({"requests": {"nvidia.com/gpu": 1}}, 1), ({}, 0)],
+)
+def test_pod_gpus_from_requests_or_limits(resources: dict[str, Any], gpus: int) -> None:
+    pod = {"metadata": {"name": "p", "namespace": "n"},
+           "spec": {"nodeName": "x", "containers": [{"name": "c", "resources": resources}]},
+           "status": {"phase": "Running"}}  # fmt: skip
+    assert pod_info(pod).gpus == gpus
+
+
+def test_running_and_autoscalers_digest() -> None:
+    dep = {"metadata": {"name": "chat-l4", "namespace": "default",
+                        "labels": {"gpumix.io/service": "chat", "gpumix.io/pool": "l4"}},
+           "spec": {"replicas": 2, "template": {"spec": {"containers": [
+               {"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}},
+           "status": {"availableReplicas": 1}}  # fmt: skip
+    assert running_services([dep]) == {
+        ("default", "chat"): Running(
+            replicas={"l4": 2}, ready={"l4": 1}, gpus_per_replica={"l4": 1}
+        )
+    }
+    hpa = {"metadata": {"name": "keda-hpa-chat", "namespace": "default",
+                        "ownerReferences": [{"kind": "ScaledObject", "name": "chat"}]},
+           "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "chat-l4"}}}  # fmt: skip
+    assert "KEDA ScaledObject chat" in autoscaler_targets([hpa])[("default", "chat-l4")]
