@@ -1,0 +1,134 @@
+"""The Deployment of one service on one GPU pool: vLLM's OpenAI-compatible server.
+
+One Deployment per (service, pool) lets each GPU class scale on its own to the replica count of
+the Mélange plan (§5.4.3's ``B``), with the pool's node selector, tolerations and GPU requests.
+"""
+
+from typing import Any
+
+from gpumix.api import GPUPool, LLMServiceSpec, Toleration
+from gpumix.problem import PoolChoice
+from gpumix.render.names import (
+    Owner,
+    deployment_name,
+    labels_for,
+    object_meta,
+    selector_for,
+)
+
+CONTAINER = "vllm"
+PORT = 8000
+PORT_NAME = "http"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+TERMINATION_GRACE_SECONDS = 60
+"""Time for vLLM to finish in-flight requests after SIGTERM; long generations are cut off."""
+
+PROGRESS_DEADLINE_SECONDS = 1800
+"""Image pull (tens of GiB) plus model load (the startup probe's 10 min) exceed the default 600 s
+after which the Deployment reports ``Progressing=False``."""
+
+
+def toleration_dict(toleration: Toleration) -> dict[str, str]:
+    """A pod toleration in the core/v1 shape, with unset fields left out."""
+    return toleration.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def vllm_args(spec: LLMServiceSpec, gpus_per_replica: int) -> list[str]:
+    """Arguments of the ``vllm/vllm-openai`` image, whose entrypoint is the OpenAI API server;
+    tensor parallelism spans the replica's GPUs, and the user's extra args come last."""
+    model = spec.model
+    return [
+        "--model",
+        model.name,
+        "--served-model-name",
+        model.served_name or model.name,
+        "--tensor-parallel-size",
+        str(gpus_per_replica),
+        "--port",
+        str(PORT),
+        *model.args,
+    ]
+
+
+def _probe(period: int, failures: int, timeout: int = 5) -> dict[str, Any]:
+    return {
+        "failureThreshold": failures,
+        "httpGet": {"path": "/health", "port": PORT_NAME},
+        "periodSeconds": period,
+        "timeoutSeconds": timeout,
+    }
+
+
+def _container(spec: LLMServiceSpec, gpus: int) -> dict[str, Any]:
+    return {
+        "args": vllm_args(spec, gpus),
+        "image": spec.model.image,
+        "livenessProbe": _probe(period=10, failures=3),
+        "name": CONTAINER,
+        "ports": [{"containerPort": PORT, "name": PORT_NAME, "protocol": "TCP"}],
+        "readinessProbe": _probe(period=5, failures=3),
+        # Extended resources cannot be overcommitted: request and limit must be equal. Quantities
+        # are strings, as the apiserver returns them and the kubernetes client types them.
+        "resources": {
+            "limits": {GPU_RESOURCE: str(gpus)},
+            "requests": {GPU_RESOURCE: str(gpus)},
+        },
+        # Loading weights takes minutes; the startup probe (10 s × 60 = 10 min) holds off the
+        # liveness probe until /health first answers, so a slow load is not killed midway.
+        "startupProbe": _probe(period=10, failures=60),
+        # NCCL's tensor-parallel workers exchange data through shared memory; the runtime's
+        # default 64 MiB /dev/shm is too small.
+        "volumeMounts": [{"mountPath": "/dev/shm", "name": "dshm"}],
+    }
+
+
+def render_deployment(
+    owner: Owner, spec: LLMServiceSpec, pool: GPUPool, choice: PoolChoice, replicas: int
+) -> dict[str, Any]:
+    """The apps/v1 Deployment ``<service>-<pool>`` running ``replicas`` vLLM servers of
+    ``choice.gpus_per_replica`` GPUs each on ``pool``'s nodes."""
+    if replicas < 0:
+        raise ValueError(f"replicas must be >= 0, got {replicas}")
+    if choice.pool != pool.name:
+        raise ValueError(f"choice is for pool {choice.pool!r}, not {pool.name!r}")
+    labels = labels_for(owner.name, pool.name)
+    gpus = choice.gpus_per_replica
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": object_meta(owner, deployment_name(owner.name, pool.name), labels),
+        "spec": {
+            "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
+            "replicas": replicas,
+            "selector": {"matchLabels": selector_for(owner.name, pool.name)},
+            # Never below the current ready count: a new pod must be Ready before an old one
+            # goes, so serving capacity holds during a rollout. The price is one spare replica's
+            # GPUs during the rollout; when the pool has none free, the surge pod stays Pending
+            # and the rollout waits for capacity rather than dropping traffic.
+            "strategy": {
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+                "type": "RollingUpdate",
+            },
+            "template": {
+                "metadata": {
+                    "annotations": {
+                        "prometheus.io/path": "/metrics",
+                        "prometheus.io/port": str(PORT),
+                        "prometheus.io/scrape": "true",
+                    },
+                    "labels": dict(labels),  # a copy: no aliasing between the two label maps
+                },
+                "spec": {
+                    "containers": [_container(spec, gpus)],
+                    # Service links would inject VLLM_PORT=tcp://… into the pod for a Service
+                    # named "vllm", which vLLM reads as its own port setting and fails on.
+                    "enableServiceLinks": False,
+                    "nodeSelector": dict(sorted(pool.spec.node_selector.items())),
+                    "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+                    "tolerations": [toleration_dict(t) for t in pool.spec.tolerations],
+                    "volumes": [{"emptyDir": {"medium": "Memory"}, "name": "dshm"}],
+                },
+            },
+        },
+    }
