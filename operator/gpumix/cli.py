@@ -24,6 +24,7 @@ from gpumix.profiles import UnknownGPUTypeError, gpu_type
 from gpumix.profiles.models import model_shape
 from gpumix.profiles.roofline import estimate_profile
 from gpumix.report import plan_json, plan_table
+from gpumix.sim import cli as sim_cli
 from gpumix.yamlout import dump_all
 
 EXIT_INFEASIBLE = 1
@@ -210,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     est.add_argument("--output-edges", required=True, help="e.g. 1,64,128,256,512,1001")
     est.add_argument("--gpus-per-replica", type=int, choices=[1, 2, 4, 8], default=1)
     est.set_defaults(func=_profile_estimate)
+    sim_cli.register_profile(psub)
+    sim_cli.register(sub)
 
     add_run_parser(sub)
     return parser

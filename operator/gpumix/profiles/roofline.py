@@ -61,6 +61,28 @@ class Roofline:
         compute = 2 * m.params_b * 1e9 * tokens + 4 * m.layers * tokens**2 * m.hidden
         return self.p.step_overhead_ms / 1e3 + max(compute / self._flops, m.weight_bytes / self._bw)
 
+    def step_s(
+        self,
+        decode_batch: int,
+        decode_context: float,
+        prefill_tokens: float = 0.0,
+        prefill_attention: float = 0.0,
+    ) -> float:
+        """One engine iteration mixing decodes and prefill (chunks), as the simulator runs them.
+
+        `decode_context` is the summed context of the decoding requests (KV tokens read);
+        `prefill_attention` is Σ chunk × (tokens the chunk attends to) over the prefill chunks
+        (a whole prompt of n tokens contributes n²). With only decodes this is `decode_step_s`,
+        with one whole prompt it is `prefill_s`.
+        """
+        m = self.model
+        read = m.weight_bytes + decode_context * m.kv_bytes_per_token
+        compute = (
+            2 * m.params_b * 1e9 * (decode_batch + prefill_tokens)
+            + 4 * m.layers * prefill_attention * m.hidden
+        )
+        return self.p.step_overhead_ms / 1e3 + max(read / self._bw, compute / self._flops)
+
     def max_tput(self, input_tokens: float, output_tokens: float, tpot_ms: float) -> float:
         """Highest req/s for requests of this size with mean TPOT ≤ tpot_ms; 0 if none."""
         if input_tokens + output_tokens > min(self.model.max_context, self.kv_capacity_tokens):

@@ -1,0 +1,85 @@
+"""Arrival processes, size sampling, trace replay and the routers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sim_helpers import pods
+
+from gpumix.sim import traffic
+from gpumix.sim.request import Request
+from gpumix.sim.routing import LeastLoaded, MelangeRouter, RoundRobin
+
+SHARED = Path(__file__).resolve().parents[3].parent / "shared"
+
+
+def test_poisson_and_gamma_have_the_rate_and_burstiness_asked_for() -> None:
+    for times, cv in (
+        (traffic.poisson_times(4.0, 20_000, 1), 1.0),
+        (traffic.gamma_times(4.0, 3.0, 20_000, 1), 3.0),
+    ):
+        gaps = np.diff(times)
+        assert abs(1 / gaps.mean() - 4.0) / 4.0 < 0.05
+        assert abs(gaps.std() / gaps.mean() - cv) / cv < 0.1
+
+
+def test_diurnal_rate_follows_the_cycle() -> None:
+    times = traffic.diurnal_times(5.0, 20_000, 2, period_s=1000.0, amplitude=0.8)
+    phase = (times % 1000.0) / 1000.0
+    peak = np.sum((phase < 0.1) | (phase > 0.9))
+    trough = np.sum((phase > 0.4) & (phase < 0.6))
+    assert peak > 4 * trough
+    assert abs(len(times) / times[-1] - 5.0) / 5.0 < 0.1
+
+
+def test_histogram_sizes_stay_in_their_buckets() -> None:
+    prompts, outputs = traffic.histogram_sizes([1, 10, 100], [1, 5, 50], [[0, 1], [3, 0]], 4000, 3)
+    in_a = (prompts < 10) & (outputs >= 5)
+    in_b = (prompts >= 10) & (outputs < 5)
+    assert np.all(in_a | in_b)
+    assert abs(in_b.mean() - 0.75) < 0.03
+    assert prompts.max() < 100 and outputs.max() < 50
+
+
+def test_trace_replay_scales_the_rate() -> None:
+    trace = traffic.load_trace("azure-conv", SHARED)
+    assert len(trace) == 19_366
+    assert 5.4 < trace.rate < 5.7
+    fast = traffic.trace_requests(trace, rate_scale=2.0)
+    assert abs(fast[-1].arrival - trace.duration / 2) < 1e-6
+    assert [r.prompt for r in fast[:3]] == [int(x) for x in trace.prompts[:3]]
+    code = traffic.load_trace("azure-code", SHARED)
+    assert len(code) == 8_819
+    moon = traffic.load_trace("mooncake-conv", SHARED)
+    assert len(moon) == 12_031 and np.all(np.diff(moon.times) >= 0)
+
+
+def test_unknown_trace_names_the_short_names() -> None:
+    with pytest.raises(FileNotFoundError, match="azure-conv"):
+        traffic.load_trace("nope.csv")
+
+
+def test_melange_router_follows_the_weights_of_the_estimated_bucket() -> None:
+    engines = pods("a10g", 3)
+    share = {"a": [[1.0, 0.0]], "b": [[0.0, 1.0]]}
+    router = MelangeRouter(["a", "b", "b"], share, [1, 100], [1, 10, 100], prior_output=[50.0])
+    picks = Counter(router.route(Request(k, 0, 10, 5), engines, 0.0) for k in range(3000))
+    assert picks[0] == 0 and abs(picks[1] - picks[2]) < 200  # bucket (0, 1): all on type b
+    for k in range(50):  # observed outputs are short: the estimate moves to bucket (0, 0)
+        router.observe(Request(k, 0, 10, 3))
+    assert router.bucket(10) == (0, 0)
+    assert {router.route(Request(k, 0, 10, 80), engines, 0.0) for k in range(200)} == {0}
+    oracle = MelangeRouter(["a", "b", "b"], share, [1, 100], [1, 10, 100], oracle=True)
+    assert oracle.route(Request(0, 0, 10, 80), engines, 0.0) in (1, 2)
+
+
+def test_round_robin_and_least_loaded() -> None:
+    engines = pods("a10g", 3)
+    rr = RoundRobin()
+    assert [rr.route(Request(k, 0, 5, 5), engines, 0.0) for k in range(5)] == [0, 1, 2, 0, 1]
+    engines[0].enqueue(Request(0, 0, 5, 5), 0.0)
+    engines[1].enqueue(Request(1, 0, 5, 5), 0.0)
+    assert LeastLoaded().route(Request(2, 0, 5, 5), engines, 0.0) == 2
