@@ -38,6 +38,8 @@ MODELS: dict[str, ModelShape] = {
                    kv_heads=40, head_dim=128, max_context=4096),
         ModelShape(name="meta-llama/Llama-2-70b-hf", params_b=69.0, layers=80, hidden=8192,
                    kv_heads=8, head_dim=128, max_context=4096),
+        ModelShape(name="huggyllama/llama-30b", params_b=32.5, layers=60, hidden=6656,
+                   kv_heads=52, head_dim=128, max_context=2048),
     )
 }  # fmt: skip
 

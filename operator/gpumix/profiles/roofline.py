@@ -5,8 +5,8 @@ compute-bound (linear layers plus quadratic attention). With vLLM-style continuo
 chunked prefill, a request's latency with B requests running is L = O·d(B) + B·p(I) (its O decode
 steps plus the prefills of the requests that arrive meanwhile), so TPOT = L/O and, by Little's law,
 the rate is B/L. MaxTput(SLO) (Mélange §5.3) is the best rate over batch sizes whose TPOT meets the
-SLO and whose KV cache fits. The efficiencies are deliberately round numbers; the simulator
-issue calibrates them against measurements.
+SLO and whose KV cache fits. The efficiencies are calibrated per GPU type against measured step
+times (`gpumix.profiles.calibration`); types without measurements use round defaults.
 """
 
 import itertools
@@ -33,6 +33,25 @@ class RooflineParams(BaseModel):
     max_num_seqs: int = Field(default=256, ge=1, description="vLLM's default batch limit.")
 
 
+CALIBRATED: dict[str, RooflineParams] = {
+    gpu: RooflineParams(bandwidth_efficiency=bw, compute_efficiency=cp)
+    for gpu, bw, cp in (
+        ("l4", 0.70, 0.45),
+        ("a100-40gb", 0.68, 0.91),
+        ("a100-80gb", 0.67, 0.65),
+        ("a40", 0.76, 0.64),
+        ("h100", 0.62, 0.55),
+    )
+}
+"""Efficiencies fitted to measurements by `gpumix.profiles.calibration.fit_all` (a unit test keeps
+them in sync); other GPU types use the defaults."""
+
+
+def params_for(gpu: str) -> RooflineParams:
+    """The performance-model parameters for a GPU type: calibrated where measured."""
+    return CALIBRATED.get(gpu, RooflineParams())
+
+
 class Roofline:
     """Step-time model of one replica: `gpus` GPUs of one type running one model (TP)."""
 
@@ -40,7 +59,7 @@ class Roofline:
         self, gpu: GPUType, model: ModelShape, gpus: int = 1, params: RooflineParams | None = None
     ) -> None:
         self.gpu, self.model, self.gpus = gpu, model, gpus
-        self.p = params or RooflineParams()
+        self.p = params or params_for(gpu.name)
         self._bw = gpu.bandwidth_gbps * 1e9 * gpus * self.p.bandwidth_efficiency  # bytes/s
         self._flops = gpu.fp16_tflops * 1e12 * gpus * self.p.compute_efficiency
 
