@@ -5,14 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from gpumix.api import GPUPool, GPUPoolSpec, GPUProfile, LLMService
 from gpumix.manifests import ManifestError, load_objects
+from gpumix.profiles import gpu_type
+from gpumix.profiles.models import model_shape
+from gpumix.sim.cluster import PodGroup, build_pods
 from gpumix.sim.engine import EngineConfig
+from gpumix.sim.profiler import EndpointTarget, SimTarget, make_profile, profile_grid
 from gpumix.sim.report import SimReport
 from gpumix.sim.scenario import PlanChoice, TrafficSpec, simulate_service
+from gpumix.sim.server import PodServer, RealtimePod
+from gpumix.yamlout import dump_all
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -62,8 +69,10 @@ def _table(name: str, counts: dict[str, int], r: SimReport) -> str:
         lines.append(
             f"  {label:<10}{p.mean:>10.1f}{p.p50:>10.1f}{p.p90:>10.1f}{p.p99:>10.1f}{p.max:>10.1f}"
         )
-    lines.append(f"  {'pool':<14}{'pods':>5}{'reqs':>7}{'util':>7}{'KV':>7}{'peakKV':>8}"
-                 f"{'preempt':>9}{'TPOT ok':>9}{'$/h':>9}")  # fmt: skip
+    lines.append(
+        f"  {'pool':<14}{'pods':>5}{'reqs':>7}{'util':>7}{'KV':>7}{'peakKV':>8}"
+        f"{'preempt':>9}{'TPOT ok':>9}{'$/h':>9}"
+    )
     for pool, s in r.pools.items():
         lines.append(
             f"  {pool:<14}{s.pods:>5}{s.requests:>7}{s.utilisation:>7.2f}{s.kv_usage:>7.2f}"
@@ -141,7 +150,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add `gpumix simulate` to the top-level subparsers."""
+    """Add `gpumix simulate` and `gpumix sim serve` to the top-level subparsers."""
+    register_sim(sub)
     p = sub.add_parser(
         "simulate",
         help="simulate a plan against traffic (SLO attainment, latencies, utilisation, $/h)",
@@ -156,8 +166,9 @@ def register(sub: Any) -> None:
     p.add_argument("--ttft-ms", type=float, help="TTFT SLO (default: the service's, else 1000)")
     p.add_argument("--rate", type=float, help="request rate (default: the service's)")
     p.add_argument("--requests", type=int, default=2000, help="requests to send (default 2000)")
-    p.add_argument("--arrivals", choices=["poisson", "gamma", "diurnal", "trace"],
-                   default="poisson")  # fmt: skip
+    p.add_argument(
+        "--arrivals", choices=["poisson", "gamma", "diurnal", "trace"], default="poisson"
+    )
     p.add_argument("--cv", type=float, default=2.0, help="gamma arrivals: inter-arrival CV")
     p.add_argument("--period", type=float, default=3600.0, help="diurnal period, s")
     p.add_argument("--amplitude", type=float, default=0.5, help="diurnal amplitude (0-1)")
@@ -169,13 +180,183 @@ def register(sub: Any) -> None:
         "(short names are read from $GPUMIX_SHARED_DIR/traces, default <repo>/../shared)",
     )
     p.add_argument("--rate-scale", type=float, default=1.0, help="trace replay speed-up")
-    p.add_argument("--router", choices=["melange", "melange-oracle", "round-robin", "least-loaded"],
-                   default="melange")  # fmt: skip
+    p.add_argument(
+        "--router",
+        choices=["melange", "melange-oracle", "round-robin", "least-loaded"],
+        default="melange",
+    )
     p.add_argument("--chunked-prefill", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", choices=["table", "json"], default="table")
     p.set_defaults(func=_simulate)
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _emit(profiles: list[GPUProfile], header: str) -> None:
+    print(header)
+    print(
+        dump_all([p.model_dump(by_alias=True, exclude_none=True, mode="json") for p in profiles]),
+        end="",
+    )
+
+
+def _profile_sim(args: argparse.Namespace) -> int:
+    try:
+        model = model_shape(args.model)
+        gpus = [gpu_type(g).name for g in args.gpu.split(",")]
+    except KeyError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    ins, outs, slos = _ints(args.input_edges), _ints(args.output_edges), _floats(args.tpot)
+    profiles = []
+    for gpu in gpus:
+        target = SimTarget(gpu, model, args.gpus_per_replica, _engine_config(args), args.requests)
+        samples = profile_grid(
+            target,
+            ins,
+            outs,
+            stop_tpot_ms=2 * max(slos),
+            estimate=target.roof,
+            fits=target.fits,
+            seed=args.seed,
+        )
+        profiles.append(
+            make_profile(
+                model.name,
+                gpu,
+                gpus=args.gpus_per_replica,
+                input_edges=ins,
+                output_edges=outs,
+                samples=samples,
+                source="gpumix simulator (calibrated roofline); not measured",
+                tables_at=slos if args.form == "tables" else None,
+            )
+        )
+    _emit(profiles, "# Generated by `gpumix profile sim` (simulated pods, not measurements).")
+    return 0
+
+
+def _profile_endpoint(args: argparse.Namespace) -> int:
+    ins, outs, slos = _ints(args.input_edges), _ints(args.output_edges), _floats(args.tpot)
+    target = EndpointTarget(args.url, args.model, args.requests, args.timeout)
+    try:
+        samples = profile_grid(
+            target,
+            ins,
+            outs,
+            stop_tpot_ms=2 * max(slos),
+            start_rate=args.start_rate,
+            max_points=args.max_points,
+            seed=args.seed,
+        )
+    except OSError as err:
+        print(f"error: {args.url}: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    profile = make_profile(
+        args.model,
+        args.gpu_type,
+        gpus=args.gpus_per_replica,
+        input_edges=ins,
+        output_edges=outs,
+        samples=samples,
+        source=f"measured at {args.url}",
+        tables_at=slos if args.form == "tables" else None,
+    )
+    _emit([profile], f"# Generated by `gpumix profile endpoint` against {args.url}.")
+    return 0
+
+
+def _common_profile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="e.g. meta-llama/Llama-2-7b-hf")
+    p.add_argument("--tpot", default="40,120", help="TPOT SLOs in ms (default: 40,120)")
+    p.add_argument("--input-edges", required=True, help="e.g. 1,256,512,1024,2048,3072")
+    p.add_argument("--output-edges", required=True, help="e.g. 1,64,128,256,512,1001")
+    p.add_argument("--gpus-per-replica", type=int, choices=[1, 2, 4, 8], default=1)
+    p.add_argument(
+        "--form",
+        choices=["samples", "tables"],
+        default="samples",
+        help="latency-vs-rate samples, or MaxTput tables at the --tpot SLOs",
+    )
+    p.add_argument("--seed", type=int, default=0)
+
+
 def register_profile(psub: Any) -> None:
     """Add `gpumix profile sim` and `gpumix profile endpoint`."""
+    sim = psub.add_parser(
+        "sim", help="GPUProfile YAML by profiling simulated pods (Mélange §5.3, no hardware)"
+    )
+    _common_profile_args(sim)
+    sim.add_argument("--gpu", required=True, help="comma-separated catalog GPU types")
+    sim.add_argument("--requests", type=int, default=200, help="requests per rate (minimum)")
+    sim.add_argument("--chunked-prefill", action="store_true")
+    sim.set_defaults(func=_profile_sim)
+    ep = psub.add_parser(
+        "endpoint", help="GPUProfile YAML by profiling an OpenAI-compatible server (§5.3)"
+    )
+    _common_profile_args(ep)
+    ep.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    ep.add_argument("--gpu-type", required=True, help="the GPU type the server runs on")
+    ep.add_argument("--requests", type=int, default=40, help="requests per rate")
+    ep.add_argument("--start-rate", type=float, default=0.5, help="first rate, req/s")
+    ep.add_argument("--max-points", type=int, default=8, help="rates per bucket at most")
+    ep.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
+    ep.set_defaults(func=_profile_endpoint)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        model = model_shape(args.model)
+        groups = []
+        for item in args.pods.split(","):
+            gpu, _, count = item.partition("=")
+            groups.append(PodGroup(pool=gpu, gpu_type=gpu, replicas=int(count or 1)))
+        engines = build_pods(groups, model, _engine_config(args))
+    except (KeyError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    servers = []
+    for k, engine in enumerate(engines):
+        port = args.base_port + k if args.base_port else 0
+        server = PodServer(RealtimePod(engine, args.served_name or args.model, args.speed), port)
+        servers.append(server.start())
+        print(
+            json.dumps({"pod": engine.name, "gpu_type": engine.gpu_type, "url": server.url}),
+            flush=True,
+        )
+    try:
+        deadline = time.monotonic() + args.duration if args.duration else None
+        while deadline is None or time.monotonic() < deadline:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for server in servers:
+            server.stop()
+    return 0
+
+
+def register_sim(sub: Any) -> None:
+    """Add `gpumix sim serve`."""
+    sim = sub.add_parser("sim", help="simulated vLLM pods")
+    ssub = sim.add_subparsers(dest="sim_command", required=True)
+    serve = ssub.add_parser(
+        "serve",
+        help="run simulated pods in real time, each with /metrics, /v1/completions, /health "
+        "and the engine admin API on 127.0.0.1 (see gpumix/sim/SERVER.md)",
+    )
+    serve.add_argument("--model", required=True, help="e.g. meta-llama/Llama-2-7b-hf")
+    serve.add_argument("--served-name", help="model name in the API and metrics labels")
+    serve.add_argument("--pods", required=True, help="GPU types and counts, e.g. a10g=2,l4=1")
+    serve.add_argument("--base-port", type=int, default=0, help="first port (default: any free)")
+    serve.add_argument("--speed", type=float, default=1.0, help="simulated s per wall s")
+    serve.add_argument("--duration", type=float, default=0.0, help="stop after s (0: never)")
+    serve.add_argument("--chunked-prefill", action="store_true")
+    serve.set_defaults(func=_serve)

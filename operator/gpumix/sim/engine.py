@@ -109,6 +109,7 @@ class Engine:
         self.finished = 0
         self.dropped = 0
         self.on_finish: list[Listener] = []
+        self.on_first_token: list[Listener] = []
 
     # -- queries ------------------------------------------------------------------------------
     @property
@@ -164,6 +165,37 @@ class Engine:
         self.step_n = k
         self.step_end = self.step_start + k * self.step_time
         self.version += 1
+        return True
+
+    # -- migrations (between steps only) ------------------------------------------------------
+    def remove(self, r: Request) -> bool:
+        """Take a request off the pod (migration out); its KV blocks are freed. Only while idle
+        (between steps). False if the request is not here."""
+        assert self.mode == _IDLE, "migrate only between steps"
+        for queue in (self.running, self.prefilling):
+            if r in queue:
+                queue.remove(r)
+                self.used -= r.blocks
+                r.blocks = r.done_prefill = 0
+                return True
+        if r in self.waiting:
+            self.waiting.remove(r)
+            return True
+        return False
+
+    def insert(self, r: Request, now: float, *, with_kv: bool) -> bool:
+        """Accept a migrated request that has generated `r.generated` tokens elsewhere. With its
+        KV cache (transferred) it joins the running batch if the blocks fit; otherwise it queues
+        for a recompute prefill of prompt + generated tokens. False if it can never fit here."""
+        assert self.mode == _IDLE, "migrate only between steps"
+        if not self.enqueue(r, now):
+            return False
+        need = blocks_for(r.prompt + r.generated, self.bs)
+        if with_kv and r.generated > 0 and need <= self.kv_blocks - self.used:
+            self.waiting.pop()
+            r.blocks = need
+            self.used += need
+            self.running.append(r)
         return True
 
     # -- steps --------------------------------------------------------------------------------
@@ -369,6 +401,8 @@ class Engine:
                 self.generation_tokens += 1
                 if r.first_token is None:
                     r.first_token = now
+                    for listener in self.on_first_token:
+                        listener(r)
                 if mode == _MIXED:
                     self.prefilling.remove(r)
                 if r.generated >= r.output:
