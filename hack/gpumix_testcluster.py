@@ -387,6 +387,7 @@ class Cluster:
     ports: dict[str, int]
     processes: list[ProcessRecord] = field(default_factory=list)
     pools: list[GpuPool] = field(default_factory=list)
+    detach: bool = True  # run the processes in their own session (they outlive the CLI)
     _popen: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     # ---- paths and persistence
@@ -451,7 +452,9 @@ class Cluster:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.dir,
-                start_new_session=True,  # survives the CLI; not killed by the terminal's ^C
+                # Detached, the processes outlive `hack/cluster up` and ignore the terminal's ^C;
+                # attached (pytest), a ^C or a killed session takes them down too.
+                start_new_session=self.detach,
             )
         self._popen[proc.pid] = proc
         self.processes.append(
@@ -529,8 +532,12 @@ class Cluster:
         pools: Sequence[GpuPool],
         *,
         timeout: float = 120.0,
+        detach: bool = True,
     ) -> Cluster:
-        """Start a fresh cluster in ``directory`` and return once its GPU nodes are Ready."""
+        """Start a fresh cluster in ``directory`` and return once its GPU nodes are Ready.
+
+        ``detach=False`` keeps the processes in the caller's session and process group.
+        """
         if (directory / "cluster.json").exists():
             raise ClusterError(f"{directory} already holds a cluster; run hack/cluster down first")
         directory.mkdir(parents=True, exist_ok=True)
@@ -543,6 +550,7 @@ class Cluster:
             server=f"https://127.0.0.1:{ports['apiserver']}",
             ports=ports,
             pools=list(pools),
+            detach=detach,
         )
         try:
             cluster._start(binaries, timeout)
@@ -681,7 +689,7 @@ class Cluster:
         return names
 
     def delete_gpu_nodes(self, names: Iterable[str], *, wait: bool = True) -> None:
-        """Delete GPU nodes (pods bound to them are removed by the controller-manager)."""
+        """Delete GPU nodes (the controller-manager's pod GC later deletes pods bound to them)."""
         names = list(names)
         api = self.api()
         for name in names:

@@ -55,13 +55,19 @@ def kube(
 ) -> Iterator[KubeTarget]:
     """A cluster with gpumix's CRDs installed: the local hack/ cluster, or --kube-context."""
     context: str | None = request.config.getoption("--kube-context")
-    cluster: testcluster.Cluster | None = None
     if context:
         target = _existing_target(context)
-    else:
-        binaries = testcluster.build_binaries()
-        directory = tmp_path_factory.mktemp("hack-cluster")
-        cluster = testcluster.Cluster.start(directory, binaries, testcluster.load_pools())
+        try:
+            target.crd_names = install_crds(target)
+            yield target
+        finally:
+            target.api_client.close()
+        return
+
+    binaries = testcluster.build_binaries()
+    directory = tmp_path_factory.mktemp("hack-cluster")
+    cluster = testcluster.Cluster.start(directory, binaries, testcluster.load_pools(), detach=False)
+    try:
         target = KubeTarget(
             context=testcluster.CONTEXT,
             kubeconfig=cluster.kubeconfig,
@@ -70,14 +76,14 @@ def kube(
             ),
             cluster=cluster,
         )
-    try:
-        target.crd_names = install_crds(target)
-        yield target
+        try:
+            target.crd_names = install_crds(target)
+            yield target
+        finally:
+            target.api_client.close()
     finally:
-        target.api_client.close()
-        if cluster is not None:
-            # Keep the logs in pytest's temporary directory for post-mortems.
-            cluster.stop(remove_state=False)
+        # Stop everything; keep the logs in pytest's temporary directory for post-mortems.
+        cluster.stop(remove_state=False)
 
 
 @pytest.fixture
