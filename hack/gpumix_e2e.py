@@ -78,7 +78,10 @@ def install_crds(target: KubeTarget) -> list[str]:
     if not files:
         raise FileNotFoundError(f"no CustomResourceDefinition files in {CRDS_DIR}")
     args = [arg for path in files for arg in ("-f", str(path))]
-    target.kubectl("apply", "--server-side", "--field-manager=gpumix-e2e", *args)
+    # --force-conflicts: the CRDs of this checkout win over whatever applied them before.
+    target.kubectl(
+        "apply", "--server-side", "--force-conflicts", "--field-manager=gpumix-e2e", *args
+    )
     names = [
         d["metadata"]["name"]
         for path in files
