@@ -14,7 +14,7 @@ CRDS = Path(__file__).resolve().parents[2] / "crds"
 
 def test_checked_in_crds_are_fresh() -> None:
     expected = render_crds(RESOURCES)
-    on_disk = {p.name: p.read_text(encoding="utf-8") for p in CRDS.glob("*.yaml")}
+    on_disk = {p.name: p.read_text(encoding="utf-8") for p in CRDS.iterdir()}
     assert on_disk == expected, "crds/ is stale: run `make crds` (gpumix crds --dir crds)"
 
 
@@ -88,7 +88,7 @@ def test_llmservice_has_printer_columns_and_cel_rules() -> None:
 
 
 def test_kustomization_lists_every_crd() -> None:
-    kustomization = yaml.safe_load((CRDS / "kustomization.yaml").read_text())
+    kustomization = yaml.safe_load((CRDS / "Kustomization").read_text())
     assert sorted(kustomization["resources"]) == sorted(
         p.name for p in CRDS.glob("*.gpumix.io.yaml")
     )

@@ -127,7 +127,9 @@ def render_crds(resources: tuple[type[Resource], ...]) -> dict[str, str]:
         "kind": "Kustomization",
         "resources": sorted(files),
     }
-    files["kustomization.yaml"] = header + yaml.safe_dump(kustomization, sort_keys=False)
+    # Named `Kustomization` (no extension, which kustomize accepts) so that `kubectl apply -f
+    # crds/` skips it: both `apply -f crds/` and `apply -k crds/` then work.
+    files["Kustomization"] = header + yaml.safe_dump(kustomization, sort_keys=False)
     return files
 
 

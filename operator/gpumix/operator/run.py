@@ -3,7 +3,6 @@
 import argparse
 import asyncio
 import logging
-import os
 from typing import Any
 
 import kopf
@@ -19,13 +18,32 @@ log = logging.getLogger("gpumix")
 
 
 def _api_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
-    if kubeconfig:
-        os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it too
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config(config_file=kubeconfig, context=context)
+    """In-cluster credentials unless a kubeconfig or context is named, else that kubeconfig."""
+    if kubeconfig is None and context is None:
+        try:
+            config.load_incluster_config()
+            return client.ApiClient()
+        except config.ConfigException:
+            pass
+    config.load_kube_config(config_file=kubeconfig, context=context)
     return client.ApiClient()
+
+
+def _connection(api: client.ApiClient) -> kopf.ConnectionInfo:
+    """kopf logs in with exactly the credentials our own client uses (same context), asking the
+    client again on every re-login so that rotated in-cluster tokens are picked up."""
+    cfg = api.configuration
+    auth = cfg.get_api_key_with_prefix("authorization") or ""
+    scheme, _, token = auth.partition(" ")
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        scheme=scheme or None,
+        token=token or None,
+    )
 
 
 async def _main(args: argparse.Namespace) -> None:
@@ -33,13 +51,15 @@ async def _main(args: argparse.Namespace) -> None:
     registry = kopf.OperatorRegistry()
     register(registry, view, log_json=args.log_format == "json")
 
+    api = _api_client(args.kubeconfig, args.context)
+
     @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_via_client(**kwargs)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return _connection(api)
 
     planner = Planner(
         view,
-        KubeWriter(_api_client(args.kubeconfig, args.context)),
+        KubeWriter(api),
         interval_s=args.interval,
         time_limit_s=args.solver_time_limit,
     )

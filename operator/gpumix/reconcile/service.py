@@ -325,7 +325,11 @@ def _status(
         cost_per_hour=round(cost, 4),
         baselines=baselines,
         savings_percent=savings,
-        solve_seconds=round(plan.allocation.result.seconds, 4),
+        solve_seconds=(
+            previous.solve_seconds  # the plan in force was solved then; rewriting churns status
+            if previous is not None and previous.allocation == allocation
+            else round(plan.allocation.result.seconds, 4)
+        ),
         workload=WorkloadUsed(
             source="Static", request_rate=wl.request_rate, over_provision=wl.over_provision
         ),

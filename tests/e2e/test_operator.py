@@ -1,0 +1,352 @@
+"""The operator end to end on the real control plane: `gpumix run` as a subprocess, KWOK GPU nodes.
+
+Every test creates its LLMServices in a fresh namespace and deletes them (waiting for garbage
+collection) so that GPUs are free again for the next test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from gpumix_e2e import KubeTarget
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+GROUP, VERSION = "gpumix.io", "v1alpha1"
+
+pytestmark = pytest.mark.e2e
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait(what: str, probe: Callable[[], Any], timeout: float = 90, every: float = 0.5) -> Any:
+    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
+
+
+class Operator:
+    """`gpumix run` against the test cluster, restartable, logs in a file."""
+
+    def __init__(self, kube: KubeTarget, log_dir: Path) -> None:
+        self.kube, self.log_dir = kube, log_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log: IO[str] | None = None
+        self.runs = 0
+
+    def start(self) -> None:
+        self.runs += 1
+        args = [sys.executable, "-m", "gpumix.cli", "run", "--context", self.kube.context,
+                "--interval", "5", "--bind", "127.0.0.1", "--metrics-port", str(free_port()),
+                "--health-port", str(free_port()), "--log-format", "plain"]  # fmt: skip
+        if self.kube.kubeconfig is not None:
+            args += ["--kubeconfig", str(self.kube.kubeconfig)]
+        self.log = (self.log_dir / f"operator-{self.runs}.log").open("w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@pytest.fixture(scope="module")
+def operator(kube: KubeTarget, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    kube.kubectl("apply", "-f", str(EXAMPLES / "gpupools.yaml"),
+                 "-f", str(EXAMPLES / "profiles-llama-2-7b.yaml"))  # fmt: skip
+    op = Operator(kube, tmp_path_factory.mktemp("operator"))
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+        if os.environ.get("GPUMIX_E2E_SHOW_LOGS") == "1":
+            for log in sorted(op.log_dir.glob("*.log")):
+                print(log.read_text(), file=sys.stderr)
+
+
+class Env:
+    """One test's namespace and typed access to what the operator wrote there."""
+
+    def __init__(self, kube: KubeTarget, namespace: str) -> None:
+        self.kube, self.ns = kube, namespace
+        self.custom = client.CustomObjectsApi(kube.api_client)
+        self.apps = client.AppsV1Api(kube.api_client)
+        self.core = client.CoreV1Api(kube.api_client)
+
+    def service(self, name: str, rate: float, **spec: Any) -> dict[str, Any]:
+        body: dict[str, Any] = yaml.safe_load((EXAMPLES / "chat.yaml").read_text())
+        body["metadata"] = {"name": name, "namespace": self.ns}
+        body["spec"]["workload"]["requestRate"] = rate
+        body["spec"].update(spec)
+        return body
+
+    def apply(self, body: dict[str, Any]) -> None:
+        self.kube.apply(body)
+
+    def get(self, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.ns, "llmservices", name
+        )
+        return obj
+
+    def condition(self, name: str, type_: str) -> dict[str, Any] | None:
+        status = self.get(name).get("status") or {}
+        return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
+
+    def wait_condition(
+        self, name: str, type_: str, status: str, reason: str | None = None, timeout: float = 90
+    ) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            c = self.condition(name, type_)
+            ok = c and c["status"] == status and (reason is None or c["reason"] == reason)
+            return c if ok else None
+
+        result: dict[str, Any] = wait(f"{name} {type_}={status} {reason or ''}", probe, timeout)
+        return result
+
+    def deployments(self, service: str) -> dict[str, Any]:
+        items = self.apps.list_namespaced_deployment(
+            self.ns, label_selector=f"gpumix.io/service={service}"
+        ).items
+        return {d.metadata.labels["gpumix.io/pool"]: d for d in items}
+
+    def replicas(self, service: str) -> dict[str, int]:
+        return {p: d.spec.replicas for p, d in self.deployments(service).items()}
+
+    def allocation(self, service: str) -> dict[str, int]:
+        status = self.get(service).get("status") or {}
+        return {a["pool"]: a["replicas"] for a in status.get("allocation", [])}
+
+    def pods_running_on_right_nodes(self, service: str) -> dict[str, int] | None:
+        """Running pods per pool, or None while any pod is not Running or is misplaced."""
+        counts: dict[str, int] = {}
+        pods = self.core.list_namespaced_pod(self.ns, label_selector=f"gpumix.io/service={service}")
+        for pod in pods.items:
+            if pod.metadata.deletion_timestamp:
+                return None
+            pool = pod.metadata.labels["gpumix.io/pool"]
+            if pod.status.phase != "Running" or not pod.spec.node_name:
+                return None
+            node = self.core.read_node(pod.spec.node_name)
+            assert node.metadata.labels.get("gpumix.io/gpu-class") == pool, (
+                f"pod {pod.metadata.name} of pool {pool} landed on {pod.spec.node_name}"
+            )
+            counts[pool] = counts.get(pool, 0) + 1
+        return counts
+
+    def events(self, service: str) -> list[Any]:
+        return [
+            e
+            for e in self.core.list_namespaced_event(self.ns).items
+            if e.involved_object.name == service and e.involved_object.kind == "LLMService"
+        ]
+
+    def delete_and_wait(self, service: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, "llmservices", service)
+        wait(f"{service}'s pods to be garbage-collected", lambda: not self.core.list_namespaced_pod(
+            self.ns, label_selector=f"gpumix.io/service={service}").items, timeout=120)  # fmt: skip
+
+
+@pytest.fixture
+def env(kube: KubeTarget, operator: Operator) -> Iterator[Env]:
+    ns = f"e2e-op-{uuid.uuid4().hex[:6]}"
+    kube.kubectl("create", "namespace", ns)
+    e = Env(kube, ns)
+    try:
+        yield e
+    finally:
+        for item in e.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "llmservices")[
+            "items"
+        ]:
+            e.delete_and_wait(item["metadata"]["name"])
+        kube.kubectl("delete", "namespace", ns, "--wait=false")
+    assert operator.alive(), "the operator exited"
+
+
+def test_service_gets_planned_deployments_running_on_their_pools(env: Env) -> None:
+    times = []
+    for name in ("chat", "chat2", "chat3"):
+        start = time.monotonic()
+        env.apply(env.service(name, 5.5))
+        env.wait_condition(name, "Ready", "True", "Serving", timeout=120)
+        planned = env.allocation(name)
+        running = wait("pods Running", lambda n=name: env.pods_running_on_right_nodes(n))
+        times.append(time.monotonic() - start)
+        assert running == planned
+        assert env.replicas(name) == planned
+        status = env.get(name)["status"]
+        assert status["costPerHour"] > 0
+        assert status["savingsPercent"] > 0
+        assert {b["gpuType"] for b in status["baselines"]} == {"l4", "a10g", "a100-80gb", "h100"}
+        assert status["observedGeneration"] == env.get(name)["metadata"]["generation"]
+        assert status["replicasSummary"] == ",".join(f"{p}={n}" for p, n in sorted(planned.items()))
+        configmap = env.core.read_namespaced_config_map(f"{name}-routing", env.ns)
+        assert set(json.loads(configmap.data["routing.json"])["pools"]) == set(planned)
+        printed = env.kube.kubectl("get", "llmservices", "-n", env.ns).stdout
+        assert printed.split()[:6] == ["NAME", "READY", "REASON", "$/H", "SAVINGS%", "REPLICAS"]
+        assert status["replicasSummary"] in printed
+        env.delete_and_wait(name)
+    print(f"\napply → all pods Running: median {statistics.median(times):.1f} s over {times}")
+
+
+def test_rate_change_replans_make_before_break(env: Env) -> None:
+    env.apply(env.service("chat", 5.5))
+    env.wait_condition("chat", "Ready", "True", "Serving", timeout=120)
+    before = env.allocation("chat")
+    env.apply(env.service("chat", 7))
+    seen: list[tuple[dict[str, int], dict[str, int]]] = []
+
+    def settled() -> bool:
+        deps = env.deployments("chat")
+        seen.append(({p: d.spec.replicas for p, d in deps.items()},
+                     {p: d.status.available_replicas or 0 for p, d in deps.items()}))  # fmt: skip
+        c = env.condition("chat", "Ready")
+        return bool(c and c["status"] == "True" and env.allocation("chat") != before)
+
+    wait("the new plan to serve", settled, timeout=120, every=0.2)
+    after = env.allocation("chat")
+    growing = {p: n for p, n in after.items() if n > before.get(p, 0)}
+    shrinking = {p for p, n in before.items() if after.get(p, 0) < n}
+    assert growing, f"expected a pool to grow: {before} → {after}"
+    assert shrinking, f"expected a pool to shrink: {before} → {after}"
+    for replicas, available in seen:
+        if any(replicas.get(p, 0) < before[p] for p in shrinking):
+            assert all(available.get(p, 0) >= n for p, n in growing.items()), (
+                f"a pool shrank before the growing pools were available: {replicas} {available}"
+            )
+    assert env.replicas("chat") == after
+    reasons = [(e.reason, e.message) for e in env.events("chat")]
+    assert any(r == "PlanChanged" and "rate 5.5→7 req/s" in m for r, m in reasons), reasons
+
+
+def test_unservable_slo_keeps_running_deployments(env: Env) -> None:
+    env.apply(env.service("chat", 5.5))
+    env.wait_condition("chat", "Ready", "True", "Serving", timeout=120)
+    versions = {p: d.metadata.resource_version for p, d in env.deployments("chat").items()}
+    body = env.service("chat", 5.5)
+    body["spec"]["slo"]["tpotMs"] = 41
+    body["spec"]["workload"]["inputEdges"][-1] = 4000
+    env.apply(body)
+    cond = env.wait_condition("chat", "Ready", "False", "Unservable")
+    assert "input 2048–4000" in cond["message"]
+    assert "TPOT 41 ms" in cond["message"]
+    degraded = env.condition("chat", "Degraded")
+    assert degraded is not None
+    assert degraded["status"] == "True"
+    time.sleep(6)  # at least one more planner pass
+    assert {p: d.metadata.resource_version for p, d in env.deployments("chat").items()} == versions
+
+
+def test_services_that_do_not_fit_together_report_insufficient_capacity(env: Env) -> None:
+    env.apply(env.service("first", 2, pools=["a10g"]))  # three of the four A10G GPUs
+    env.wait_condition("first", "Ready", "True", "Serving", timeout=120)
+    env.apply(env.service("second", 1, pools=["a10g"]))  # needs two, one is left
+    cond = env.wait_condition("second", "Ready", "False", "InsufficientCapacity")
+    assert "a10g×2" in cond["message"]
+    assert "a10g 1 replicas are free" in cond["message"]
+    assert env.deployments("second") == {}
+    assert sum(env.replicas("first").values()) == 3
+
+
+def test_deleting_the_service_collects_everything(env: Env) -> None:
+    env.apply(env.service("chat", 5.5))
+    env.wait_condition("chat", "Ready", "True", timeout=120)
+    env.delete_and_wait("chat")
+    wait("Deployments to be collected", lambda: env.deployments("chat") == {})
+    services = env.core.list_namespaced_service(env.ns).items
+    configmaps = env.core.list_namespaced_config_map(
+        env.ns, label_selector="gpumix.io/service=chat"
+    )
+    assert [s.metadata.name for s in services] == []
+    assert configmaps.items == []
+
+
+def test_operator_restart_changes_nothing(env: Env, operator: Operator) -> None:
+    env.apply(env.service("chat", 5.5))
+    env.wait_condition("chat", "Ready", "True", "Serving", timeout=120)
+    time.sleep(6)
+
+    def versions() -> dict[str, str]:
+        out = {
+            f"deploy/{p}": d.metadata.resource_version for p, d in env.deployments("chat").items()
+        }
+        out["llmservice"] = env.get("chat")["metadata"]["resourceVersion"]
+        out["configmap"] = env.core.read_namespaced_config_map(
+            "chat-routing", env.ns
+        ).metadata.resource_version
+        return out  # fmt: skip
+
+    before = versions()
+    operator.stop()
+    operator.start()
+    time.sleep(15)  # startup, the initial listing and at least two passes
+    assert operator.alive()
+    assert versions() == before
+
+
+def test_hpa_on_a_deployment_is_left_alone(env: Env) -> None:
+    env.apply(env.service("chat", 5.5))
+    env.wait_condition("chat", "Ready", "True", "Serving", timeout=120)
+    pool = sorted(env.allocation("chat"))[0]
+    name = f"chat-{pool}"
+    env.kube.kubectl("autoscale", "deployment", name, "-n", env.ns, "--min=1", "--max=4")
+    cond = env.wait_condition("chat", "ConflictingAutoscaler", "True")
+    assert f"HorizontalPodAutoscaler {name}" in cond["message"]
+    env.kube.kubectl("scale", "deployment", name, "-n", env.ns, "--replicas=3")
+    env.apply(env.service("chat", 6))  # a replan must not reset the autoscaler's replicas
+    time.sleep(8)
+    assert env.replicas("chat")[pool] == 3
+
+
+def test_pools_follow_nodes(kube: KubeTarget, operator: Operator) -> None:
+    if kube.cluster is None:
+        pytest.skip("adding KWOK nodes needs the local hack/ cluster")  # --kube-context run
+    custom = client.CustomObjectsApi(kube.api_client)
+
+    def nodes() -> int:
+        pool = custom.get_cluster_custom_object(GROUP, VERSION, "gpupools", "h100")
+        return int((pool.get("status") or {}).get("nodes", -1))
+
+    start = wait("h100 pool status", lambda: nodes() if nodes() > 0 else None)
+    added = kube.cluster.add_gpu_nodes("h100", 1)
+    wait("a third h100 node in the pool status", lambda: nodes() == start + 1)
+    pool = custom.get_cluster_custom_object(GROUP, VERSION, "gpupools", "h100")
+    assert pool["status"]["allocatableGPUs"] == 8 * (start + 1)
+    kube.cluster.delete_gpu_nodes(added)
+    wait("the node gone from the pool status", lambda: nodes() == start)
