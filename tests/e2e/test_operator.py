@@ -250,7 +250,7 @@ def test_rate_change_replans_make_before_break(env: Env) -> None:
             assert all(available.get(p, 0) >= n for p, n in growing.items()), (
                 f"a pool shrank before the growing pools were available: {replicas} {available}"
             )
-    assert env.replicas("chat") == after
+    wait("the old pool's Deployment to go", lambda: env.replicas("chat") == after)
     reasons = [(e.reason, e.message) for e in env.events("chat")]
     assert any(r == "PlanChanged" and "rate 5.5→7 req/s" in m for r, m in reasons), reasons
 
