@@ -639,9 +639,10 @@ class Cluster:
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}={KWOK_ANNOTATION_VALUE}",
             f"--cidr={POD_CIDR}", "--node-ip=127.0.0.1",
-            # The heartbeat-with-lease stage updates node status only every ~10 min and relies on
-            # node Leases for liveness; without leases the node lifecycle controller sees every
-            # node go silent after its grace period and marks all pods NotReady.
+            # Node Leases in kube-node-lease, renewed like a kubelet's: the heartbeat-with-lease
+            # stage rewrites node status only every ~10 min and leaves liveness to the Leases.
+            # Without this flag KWOK creates none and the node lifecycle controller has only
+            # those rare status updates to go by.
             "--node-lease-duration-seconds=40",
             *(f"--config={stage}" for stage in stages),
         ])  # fmt: skip

@@ -160,3 +160,25 @@ def test_gpu_nodes_can_be_added_and_removed(kube: KubeTarget) -> None:
 
     cluster.delete_gpu_nodes(added)
     assert cluster.node_names("h100") == before
+
+
+def test_gpu_nodes_renew_their_leases(kube: KubeTarget) -> None:
+    """Liveness like a kubelet's, so nodes stay Ready through long tests."""
+    if kube.cluster is None:
+        pytest.skip("KWOK leases exist only on the local hack/ cluster (not --kube-context)")
+    coordination = client.CoordinationV1Api(kube.api_client)
+    names = kube.cluster.node_names()
+    first = {n: coordination.read_namespaced_lease(n, "kube-node-lease").spec for n in names}
+
+    def all_renewed() -> bool | None:
+        for name, spec in first.items():
+            now = coordination.read_namespaced_lease(name, "kube-node-lease").spec
+            if now.renew_time <= spec.renew_time:
+                return None
+        return True
+
+    for spec in first.values():
+        assert spec.holder_identity
+        assert spec.lease_duration_seconds > 0
+    # KWOK renews at a fraction of the 40 s lease duration.
+    wait_for("every node Lease renewed", all_renewed, timeout=45, interval=1)
