@@ -350,3 +350,22 @@ def test_pools_follow_nodes(kube: KubeTarget, operator: Operator) -> None:
     assert pool["status"]["allocatableGPUs"] == 8 * (start + 1)
     kube.cluster.delete_gpu_nodes(added)
     wait("the node gone from the pool status", lambda: nodes() == start)
+
+
+def test_plans_follow_nodes(kube: KubeTarget, env: Env) -> None:
+    if kube.cluster is None:
+        pytest.skip("adding KWOK nodes needs the local hack/ cluster")  # --kube-context run
+    env.apply(env.service("chat", 2, pools=["l4"]))  # six L4 replicas; the pool has four GPUs
+    cond = env.wait_condition("chat", "Ready", "False", "InsufficientCapacity")
+    assert "l4×6" in cond["message"]
+    added = kube.cluster.add_gpu_nodes("l4", 2)
+    try:
+        env.wait_condition("chat", "Ready", "True", "Serving", timeout=120)
+        assert env.allocation("chat") == {"l4": 6}
+        running = wait(
+            "six pods Running on L4 nodes", lambda: env.pods_running_on_right_nodes("chat")
+        )
+        assert running == {"l4": 6}
+    finally:
+        env.delete_and_wait("chat")
+        kube.cluster.delete_gpu_nodes(added)

@@ -218,6 +218,7 @@ def decide_service(
         running=running,
         previous=previous,
         conflicts=conflicts,
+        excluded=excluded,
         generation=generation,
         now=now,
     )
@@ -262,6 +263,7 @@ def _status(
     running: Running,
     previous: LLMServiceStatus | None,
     conflicts: dict[str, str],
+    excluded: str,
     generation: int | None,
     now: str,
 ) -> LLMServiceStatus:
@@ -302,7 +304,9 @@ def _status(
         nonlocal conds
         conds = set_condition(conds, type_, status, reason, message, generation=generation, now=now)
 
-    setc("Planned", ConditionStatus.TRUE, "PlanComputed", f"{_summary(target)} for {cost:.2f} $/h")
+    left_out = f"; pools left out: {excluded}" if excluded else ""
+    setc("Planned", ConditionStatus.TRUE, "PlanComputed",
+         f"{_summary(target)} for {cost:.2f} $/h{left_out}")  # fmt: skip
     if waiting:
         setc("Ready", ConditionStatus.FALSE, "RollingOut", "waiting for " + ", ".join(waiting))
     else:

@@ -191,3 +191,13 @@ def test_running_and_autoscalers_digest() -> None:
                         "ownerReferences": [{"kind": "ScaledObject", "name": "chat"}]},
            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "chat-l4"}}}  # fmt: skip
     assert "KEDA ScaledObject chat" in autoscaler_targets([hpa])[("default", "chat-l4")]
+
+
+def test_pool_without_profile_is_named_in_planned() -> None:
+    only_three = [p for p in profiles() if p["spec"]["gpuType"] != "h100"]
+    sd = plan_cluster(snap(services=[service("chat", 5.5, "t0")], profiles=only_three)).services[
+        ("default", "chat")
+    ]
+    status, reason, message = cond(sd.status, "Planned")
+    assert (status, reason) == ("True", "PlanComputed")
+    assert "pools left out: h100: no GPUProfile for model 'meta-llama/Llama-2-7b-hf'" in message
