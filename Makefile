@@ -18,7 +18,7 @@ demo: $(VENV)/.installed
 	hack/demo
 
 plan: $(VENV)/.installed
-	gpumix plan examples/chat.yaml examples/profiles-llama-2-7b.yaml
+	gpumix plan manifests/samples/chat.yaml manifests/samples/profiles-llama-2-7b.yaml
 
 lint: $(VENV)/.installed
 	ruff check .

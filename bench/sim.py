@@ -41,7 +41,10 @@ TARGET = 20_000.0
 
 def _setup() -> tuple[LLMService, dict[str, list[list[float]]]]:
     objects = load_objects(
-        [ROOT / "examples" / "chat.yaml", ROOT / "examples" / "profiles-llama-2-7b.yaml"]
+        [
+            ROOT / "manifests" / "samples" / "chat.yaml",
+            ROOT / "manifests" / "samples" / "profiles-llama-2-7b.yaml",
+        ]
     )
     service = next(o for o in objects if isinstance(o, LLMService))
     profiles = [o for o in objects if isinstance(o, GPUProfile)]

@@ -25,7 +25,7 @@ from kubernetes import client
 from gpumix_e2e import KubeTarget
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
+EXAMPLES = ROOT / "manifests" / "samples"
 GROUP, VERSION = "gpumix.io", "v1alpha1"
 
 pytestmark = pytest.mark.e2e

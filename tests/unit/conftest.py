@@ -8,7 +8,7 @@ from gpumix.api import GPUProfile, LLMService
 from gpumix.manifests import load_objects
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
+EXAMPLES = ROOT / "manifests" / "samples"
 
 
 @pytest.fixture(scope="session")

@@ -137,4 +137,4 @@ def test_shipped_example_profiles_are_what_the_estimator_gives(
             output_edges=shipped.spec.output_edges,
             tpots_ms=[t.tpot_ms for t in shipped.spec.tables or []],
         )
-        assert fresh == shipped, f"examples/ profile {shipped.name} is stale"
+        assert fresh == shipped, f"manifests/samples/ profile {shipped.name} is stale"

@@ -10,8 +10,8 @@ import pytest
 from gpumix.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
-CHAT = str(ROOT / "examples" / "chat.yaml")
-PROFILES = str(ROOT / "examples" / "profiles-llama-2-7b.yaml")
+CHAT = str(ROOT / "manifests" / "samples" / "chat.yaml")
+PROFILES = str(ROOT / "manifests" / "samples" / "profiles-llama-2-7b.yaml")
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
