@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from gpumix.api import GPUProfile, LLMService
-from gpumix.manifests import load_objects
+from gpumix.manifests import (
+    default_pools,  # the pools `gpumix plan` uses without GPUPools
+    load_objects,
+)
 from gpumix.problem import build_problem
 from gpumix.profiles.models import model_shape
 from gpumix.sim import traffic
-from gpumix.sim.cli import _default_pools  # the pools `gpumix plan` uses without GPUPools
 from gpumix.sim.cluster import PodGroup, build_pods, run
 from gpumix.sim.engine import EngineConfig
 from gpumix.sim.routing import MelangeRouter
@@ -48,7 +50,7 @@ def _setup() -> tuple[LLMService, dict[str, list[list[float]]]]:
     )
     service = next(o for o in objects if isinstance(o, LLMService))
     profiles = [o for o in objects if isinstance(o, GPUProfile)]
-    problem = build_problem(service, _default_pools(profiles), profiles)
+    problem = build_problem(service, default_pools(profiles), profiles)
     assert problem.instance is not None
     return service, {g.name: g.max_tput for g in problem.instance.gpus}
 

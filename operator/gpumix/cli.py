@@ -7,9 +7,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from gpumix.api import RESOURCES, GPUPool, GPUPoolSpec, GPUProfile, LLMService
+from gpumix.api import RESOURCES, GPUPool, GPUProfile, LLMService
 from gpumix.api.crdgen import write_crds
-from gpumix.manifests import ManifestError, describe, load_objects
+from gpumix.manifests import ManifestError, default_pools, describe, load_objects
 from gpumix.melange_config import MelangeConfig
 from gpumix.operator.run import add_parser as add_run_parser
 from gpumix.plan import (
@@ -68,18 +68,6 @@ def _profile_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_pools(profiles: list[GPUProfile]) -> list[GPUPool]:
-    """Without GPUPools in the input, every GPU type that has a profile is one uncapped pool."""
-    types = sorted({p.spec.gpu_type for p in profiles})
-    return [
-        GPUPool(
-            metadata={"name": t},
-            spec=GPUPoolSpec(gpu_type=t, node_selector={"gpumix.io/gpu-class": t}),
-        )
-        for t in types
-    ]
-
-
 def _print_plan(args: argparse.Namespace, name: str, plan: Plan, text: str) -> None:
     if args.output == "json":
         print(json.dumps({"name": name, **plan_json(plan)}))
@@ -119,7 +107,7 @@ def _plan(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     services = [o for o in objects if isinstance(o, LLMService)]
     profiles = [o for o in objects if isinstance(o, GPUProfile)]
-    pools = [o for o in objects if isinstance(o, GPUPool)] or _default_pools(profiles)
+    pools = [o for o in objects if isinstance(o, GPUPool)] or default_pools(profiles)
     if not services:
         print("error: no LLMService in the input", file=sys.stderr)
         return EXIT_BAD_INPUT

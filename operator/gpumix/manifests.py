@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gpumix.api import GPUPool, GPUProfile, LLMService, Resource
+from gpumix.api import GPUPool, GPUPoolSpec, GPUProfile, LLMService, Resource
 
 KINDS: dict[str, type[Resource]] = {r.kind_name: r for r in (LLMService, GPUPool, GPUProfile)}
 
@@ -60,3 +60,15 @@ def load_objects(paths: Iterable[Path]) -> list[Resource]:
                 raise ManifestError(f"{path} (document {index + 1}): not a YAML mapping")
             objects.append(parse_object(doc, f"{path} (document {index + 1})"))
     return objects
+
+
+def default_pools(profiles: list[GPUProfile]) -> list[GPUPool]:
+    """Without GPUPools in the input, every GPU type that has a profile is one uncapped pool."""
+    types = sorted({p.spec.gpu_type for p in profiles})
+    return [
+        GPUPool(
+            metadata={"name": t},
+            spec=GPUPoolSpec(gpu_type=t, node_selector={"gpumix.io/gpu-class": t}),
+        )
+        for t in types
+    ]

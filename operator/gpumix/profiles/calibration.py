@@ -23,7 +23,6 @@ measurements keep the default efficiencies.
 from __future__ import annotations
 
 import csv
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,16 +32,7 @@ import numpy as np
 from gpumix.profiles.catalog import gpu_type
 from gpumix.profiles.models import ModelShape, model_shape
 from gpumix.profiles.roofline import GIB, RooflineParams
-
-SHARED_ENV = "GPUMIX_SHARED_DIR"
-
-
-def shared_dir() -> Path:
-    """The shared data directory: $GPUMIX_SHARED_DIR, else `<repo>/../shared`."""
-    env = os.environ.get(SHARED_ENV)
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3].parent / "shared"
+from gpumix.shared import shared_dir
 
 
 @dataclass(frozen=True)

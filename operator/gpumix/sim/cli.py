@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpumix.api import GPUPool, GPUPoolSpec, GPUProfile, LLMService
-from gpumix.manifests import ManifestError, load_objects
+from gpumix.api import GPUPool, GPUProfile, LLMService
+from gpumix.manifests import ManifestError, default_pools, load_objects
 from gpumix.profiles import gpu_type
 from gpumix.profiles.models import model_shape
 from gpumix.sim.cluster import PodGroup, build_pods
@@ -23,17 +23,6 @@ from gpumix.yamlout import dump_all
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
-
-
-def _default_pools(profiles: list[GPUProfile]) -> list[GPUPool]:
-    types = sorted({p.spec.gpu_type for p in profiles})
-    return [
-        GPUPool(
-            metadata={"name": t},
-            spec=GPUPoolSpec(gpu_type=t, node_selector={"gpumix.io/gpu-class": t}),
-        )
-        for t in types
-    ]
 
 
 def _read_plan(path: str, name: str) -> PlanChoice:
@@ -96,7 +85,7 @@ def _simulate(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     services = [o for o in objects if isinstance(o, LLMService)]
     profiles = [o for o in objects if isinstance(o, GPUProfile)]
-    pools = [o for o in objects if isinstance(o, GPUPool)] or _default_pools(profiles)
+    pools = [o for o in objects if isinstance(o, GPUPool)] or default_pools(profiles)
     if args.service:
         services = [s for s in services if s.name == args.service]
     if not services:

@@ -11,30 +11,21 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from gpumix.shared import SHARED_ENV, shared_dir
 from gpumix.sim.request import Request
 
-SHARED_ENV = "GPUMIX_SHARED_DIR"
 TRACE_FILES = {
     "azure-conv": "AzureLLMInferenceTrace_conv.csv",
     "azure-code": "AzureLLMInferenceTrace_code.csv",
     "mooncake-conv": "conversation_trace.jsonl",
     "mooncake-synthetic": "synthetic_trace.jsonl",
 }
-
-
-def shared_dir() -> Path:
-    """The shared data directory: $GPUMIX_SHARED_DIR, else `<repo>/../shared`."""
-    env = os.environ.get(SHARED_ENV)
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3].parent / "shared"
 
 
 @dataclass(frozen=True)
