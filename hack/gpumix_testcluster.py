@@ -113,9 +113,13 @@ def build_binaries() -> Binaries:
 
 @dataclass(frozen=True)
 class GpuPool:
+    """A node pool: GPU nodes (GFD labels, GPU taint and capacity), or CPU-only nodes when
+    ``gpus_per_node`` is 0 (no GPU labels, no taint: where system pods such as the operator run).
+    """
+
     name: str
-    gpu_class: str
-    product: str
+    gpu_class: str | None
+    product: str | None
     gpus_per_node: int
     gpu_memory_mib: int
     nodes: int
@@ -126,27 +130,37 @@ class GpuPool:
 
     @classmethod
     def from_dict(cls, raw: JSON) -> GpuPool:
-        return cls(
+        gpus = int(raw.get("gpusPerNode", 0))
+        pool = cls(
             name=str(raw["name"]),
-            gpu_class=str(raw["gpuClass"]),
-            product=str(raw["product"]),
-            gpus_per_node=int(raw["gpusPerNode"]),
-            gpu_memory_mib=int(raw["gpuMemoryMiB"]),
+            gpu_class=str(raw["gpuClass"]) if "gpuClass" in raw else None,
+            product=str(raw["product"]) if "product" in raw else None,
+            gpus_per_node=gpus,
+            gpu_memory_mib=int(raw.get("gpuMemoryMiB", 0)),
             nodes=int(raw["nodes"]),
             instance_type=str(raw["instanceType"]),
             cpu=str(raw["cpu"]),
             memory=str(raw["memory"]),
             pods=int(raw.get("pods", 110)),
         )
+        if gpus > 0 and (pool.gpu_class is None or pool.product is None or not pool.gpu_memory_mib):
+            raise ClusterError(f"GPU pool {pool.name}: needs gpuClass, product and gpuMemoryMiB")
+        return pool
+
+    @property
+    def has_gpus(self) -> bool:
+        return self.gpus_per_node > 0
 
     def labels(self) -> dict[str, str]:
-        """The labels GPU Feature Discovery sets, plus the gpumix pool class."""
+        """The labels GPU Feature Discovery sets, plus the gpumix pool class (GPU pools)."""
+        if not self.has_gpus:
+            return {"node.kubernetes.io/instance-type": self.instance_type}
         return {
             "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.product": self.product,
+            "nvidia.com/gpu.product": str(self.product),
             "nvidia.com/gpu.count": str(self.gpus_per_node),
             "nvidia.com/gpu.memory": str(self.gpu_memory_mib),
-            GPU_CLASS_LABEL: self.gpu_class,
+            GPU_CLASS_LABEL: str(self.gpu_class),
             "node.kubernetes.io/instance-type": self.instance_type,
         }
 
@@ -167,18 +181,20 @@ def _natural(name: str) -> tuple[str, int]:
 
 
 def node_name(pool: GpuPool, index: int) -> str:
-    return f"gpu-{pool.name}-{index}"
+    return f"{'gpu' if pool.has_gpus else 'cpu'}-{pool.name}-{index}"
 
 
 def gpu_node_manifest(pool: GpuPool, name: str) -> JSON:
-    """A Node that KWOK manages: GFD labels, GPU taint, GPU capacity in its status."""
+    """A Node that KWOK manages: GFD labels, GPU taint, GPU capacity in its status (GPU pools);
+    CPU-only pools get neither GPU labels, taint nor capacity."""
     resources = {
         "cpu": pool.cpu,
         "memory": pool.memory,
         "pods": str(pool.pods),
         "ephemeral-storage": "500Gi",
-        GPU_RESOURCE: str(pool.gpus_per_node),
     }
+    if pool.has_gpus:
+        resources[GPU_RESOURCE] = str(pool.gpus_per_node)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -194,7 +210,7 @@ def gpu_node_manifest(pool: GpuPool, name: str) -> JSON:
                 **pool.labels(),
             },
         },
-        "spec": {"taints": [dict(GPU_TAINT)]},
+        "spec": {"taints": [dict(GPU_TAINT)] if pool.has_gpus else []},
         # The apiserver keeps status on create; later changes need the status subresource.
         "status": {"capacity": resources, "allocatable": dict(resources)},
     }
@@ -665,7 +681,7 @@ class Cluster:
             for i in range(pool.nodes)
         ]
         self.wait_nodes_ready(names, timeout=timeout, alive=everything)
-        log(f"{len(names)} GPU nodes Ready; cluster up in {time.monotonic() - started:.1f}s")
+        log(f"{len(names)} nodes Ready; cluster up in {time.monotonic() - started:.1f}s")
 
     # ---- GPU nodes
 

@@ -22,7 +22,17 @@ def test_default_pools_are_the_documented_fleet() -> None:
         ("a10g", "NVIDIA-A10G", 1, 4),
         ("a100-80gb", "NVIDIA-A100-SXM4-80GB", 8, 3),
         ("h100", "NVIDIA-H100-80GB-HBM3", 8, 2),
+        (None, None, 0, 1),  # the CPU-only `system` pool, where the operator's own pod runs
     }
+
+
+def test_cpu_pool_nodes_have_no_gpu_labels_taint_or_capacity() -> None:
+    pool = next(p for p in load_pools() if not p.has_gpus)
+    node = gpu_node_manifest(pool, "cpu-system-0")
+    assert not any(k.startswith("nvidia.com/") for k in node["metadata"]["labels"])
+    assert GPU_CLASS_LABEL not in node["metadata"]["labels"]
+    assert node["spec"]["taints"] == []
+    assert GPU_RESOURCE not in node["status"]["capacity"]
 
 
 def test_node_manifest_carries_labels_taint_and_capacity() -> None:
@@ -44,9 +54,15 @@ def test_node_manifest_carries_labels_taint_and_capacity() -> None:
 def test_kind_workers_mirror_the_pools() -> None:
     config = yaml.safe_load((HACK_DIR / "kind-config.yaml").read_text())
     workers = [n for n in config["nodes"] if n["role"] == "worker"]
-    by_class = {w["labels"][GPU_CLASS_LABEL]: w for w in workers}
-    pools = load_pools()
+    by_class = {w["labels"][GPU_CLASS_LABEL]: w for w in workers if GPU_CLASS_LABEL in w["labels"]}
+    pools = [p for p in load_pools() if p.has_gpus]
     assert set(by_class) == {p.gpu_class for p in pools}
+    cpu_workers = [w for w in workers if GPU_CLASS_LABEL not in w["labels"]]
+    cpu_types = [p.instance_type for p in load_pools() if not p.has_gpus]
+    assert [w["labels"] for w in cpu_workers] == [
+        {"node.kubernetes.io/instance-type": t} for t in cpu_types
+    ]
+    assert all("kubeadmConfigPatches" not in w for w in cpu_workers)  # no GPU taint
     for pool in pools:
         worker = by_class[pool.gpu_class]
         for label in GFD_LABELS:
