@@ -1,0 +1,327 @@
+"""Benchmark: MELL's KV-cache scheduler vs BF, WF and LB (MELL §VIII) in a KV-occupancy simulation.
+
+Setup after MELL §VIII-B: requests from the Azure LLM inference trace 2023 (conversation) with
+prompt and output lengths scaled ×10 (MELL scales its conversations ×10 to mimic long-context
+LLMs), drawn with replacement; Poisson arrivals at λ = 0.5, 0.8 and 1.1 req/s; pods of Llama-2-13B
+on A100-40GB (4 per node) and Llama-2-7B on RTX-4090-24GB (8 per node), KV capacity C from the
+roofline (`Roofline.kv_capacity_tokens`). A scaled request longer than C is clipped to C (output
+first, then prompt): the share clipped is printed.
+
+The simulation advances in epochs of `--epoch` seconds (default 1; MELL §IV's epochs). Each pod
+decodes one token per running request per step, its step time from the same roofline the
+discrete-event engine uses (`Roofline.decode_step_s` at the pod's batch and mean context); a new
+request first waits for its prefill (`Roofline.prefill_s`). Every epoch the scheduler sees
+arrivals, completions and every running request's KV size projected to the end of the epoch
+(current + the most tokens a pod can decode in one epoch; never the final output length), so a
+decision never lets a pod overflow during the epoch. A migration holds its request up by its cost:
+MELL chooses KV transfer or re-prefill per migration with §V's two-bin packing (first fit) over
+link budgets from Vidur's measured send/recv curves (A100: NVLink within a node, DGX network across
+nodes; RTX 4090, no NVLink: the A40-pairwise curves, PCIe-class) and re-prefill budgets from the
+roofline; LB always transfers KV (Llumnix). A preemption (BF/WF/LB, when growth overflows a pod)
+re-prefills its request.
+
+Figures per scheduler (GPU counts over the arrival window, from 10% of arrivals to the last):
+peak and mean GPUs (pods holding requests), migrations/s, mean KV utilisation (KV in use / C over
+active pods), migration cost (mean ms a migrated request is held up, share of request-time) and
+preemptions. Ratios are against BF, WF and LB of the same run; "batching" compares MELL with and
+without §VI-C operation batching.
+
+Usage: ``.venv/bin/python bench/kvsched.py [--quick] [--json] [--requests N] [--seed S]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from gpumix.kvsched import (
+    EpochResult,
+    LinkProfile,
+    Mell,
+    MigrationProfile,
+    kv_only,
+    make_baseline,
+    plan_migrations,
+)
+from gpumix.kvsched.state import Cluster
+from gpumix.profiles.catalog import gpu_type
+from gpumix.profiles.models import model_shape
+from gpumix.profiles.roofline import Roofline
+from gpumix.sim import traffic
+
+RATES = (0.5, 0.8, 1.1)
+SCALE = 10
+SCHEDULERS = ("BF", "WF", "LB", "MELL", "MELL-nobatch")
+BASES = ("BF", "WF", "LB")
+
+
+@dataclass(frozen=True)
+class Setup:
+    name: str
+    model: str
+    gpu: str
+    pods_per_node: int
+    intra: tuple[str, int]
+    inter: tuple[str, int]
+
+
+SETUPS = (
+    Setup("llama-2-13b/a100-40gb", "meta-llama/Llama-2-13b-hf", "a100-40gb", 4,
+          ("a100_pairwise_nvlink", 2), ("a100_dgx", 1)),
+    Setup("llama-2-7b/rtx4090", "meta-llama/Llama-2-7b-hf", "rtx4090", 8,
+          ("a40_pairwise_nvlink", 2), ("a40_pairwise_nvlink", 1)),
+)  # fmt: skip
+
+
+class Scheduler(Protocol):
+    c: Cluster
+
+    def epoch(
+        self, arrivals: dict[int, int], departures: list[int], sizes: dict[int, int]
+    ) -> EpochResult: ...
+
+
+def _make(name: str, cap: int, per_node: int) -> Scheduler:
+    if name == "MELL":
+        return Mell(cap, pods_per_node=per_node)
+    if name == "MELL-nobatch":
+        return Mell(cap, pods_per_node=per_node, batching=False)
+    return make_baseline(name, cap, pods_per_node=per_node)
+
+
+def _profile(setup: Setup, roof: Roofline) -> MigrationProfile:
+    net = traffic.shared_dir() / "profiles" / "vidur" / "network"
+    intra = LinkProfile.from_vidur(net / setup.intra[0] / "send_recv.csv",
+                                   devices_per_node=setup.intra[1])  # fmt: skip
+    inter = LinkProfile.from_vidur(net / setup.inter[0] / "send_recv.csv",
+                                   devices_per_node=setup.inter[1])  # fmt: skip
+    # computation boundary: tokens a pod re-prefills within 0.25 s (§V: short prefills use idle
+    # compute; long ones interfere with the running batch).
+    budget = 256
+    while roof.prefill_s(budget * 2) <= 0.25 and budget < 1 << 16:
+        budget *= 2
+    return MigrationProfile(
+        kv_bytes_per_token=roof.model.kv_bytes_per_token,
+        intra=intra,
+        inter=inter,
+        prefill_s=roof.prefill_s,
+        comm_budget_s=0.5,
+        compute_budget_tokens=budget,
+    )
+
+
+def workload(
+    trace: traffic.Trace, rate: float, n: int, cap: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    times = traffic.poisson_times(rate, n, seed)
+    prompts, outputs = traffic.trace_sizes(trace, n, seed + 1)
+    prompts, outputs = prompts * SCALE, outputs * SCALE
+    clipped = float(np.mean(prompts + outputs > cap))
+    prompts = np.minimum(prompts, cap - 1)
+    outputs = np.maximum(1, np.minimum(outputs, cap - prompts))
+    return times, prompts, outputs, clipped
+
+
+def simulate(
+    sched_name: str,
+    *,
+    setup: Setup,
+    roof: Roofline,
+    prof: MigrationProfile,
+    times: np.ndarray,
+    prompts: np.ndarray,
+    outputs: np.ndarray,
+    epoch_s: float,
+) -> dict[str, Any]:
+    cap = roof.kv_capacity_tokens
+    sched = _make(sched_name, cap, setup.pods_per_node)
+    look = math.ceil(epoch_s / roof.decode_step_s(1, 0)) + 1
+    n = len(times)
+    gen = np.zeros(n)
+    stall = np.zeros(n)  # seconds the request must still wait (prefill, migration)
+    seen: dict[int, int] = {}
+    running: set[int] = set()
+    nxt = 0
+    t = 0.0
+    pods_t: list[int] = []
+    util_t: list[float] = []
+    window = (float(times[n // 10]), float(times[-1]))
+    moves = preempts = 0
+    move_s = 0.0
+    over_budget = 0
+    modes = {"kv": 0, "tokens": 0}
+    req_time = 0.0
+    finish = np.full(n, np.nan)
+    while nxt < n or running:
+        t += epoch_s
+        arrivals: dict[int, int] = {}
+        while nxt < n and times[nxt] <= t:
+            arrivals[nxt] = min(cap, int(prompts[nxt]) + look)
+            stall[nxt] = roof.prefill_s(int(prompts[nxt])) + (t - times[nxt])
+            nxt += 1
+        done = [r for r in running if gen[r] >= outputs[r]]
+        for r in done:
+            running.discard(r)
+            finish[r] = t
+        sizes: dict[int, int] = {}
+        for r in running:
+            proj = min(cap, int(prompts[r] + gen[r]) + look)
+            sizes[r] = max(seen[r], proj)
+            seen[r] = sizes[r]
+        for r, s in arrivals.items():
+            seen[r] = s
+        res = sched.epoch(arrivals, done, sizes)
+        running.update(arrivals)
+        # migration costs
+        if res.moves:
+            node = {pid: p.node for pid, p in sched.c.pods.items()}
+            for mv in res.moves:
+                node.setdefault(mv.src, mv.src // setup.pods_per_node)
+
+            def node_of(pid: int, node: dict[int, int] = node) -> int:
+                return node.get(pid, pid // setup.pods_per_node)
+
+            if sched_name == "LB":
+                plan = kv_only(res.moves, node_of, prof)
+            else:
+                plan = plan_migrations(res.moves, node_of, prof)
+            for ch in plan.choices:
+                stall[ch.move.rid] += ch.seconds
+                modes[ch.mode] += 1
+            moves += len(plan.choices)
+            move_s += plan.seconds
+            over_budget += plan.over_budget
+        for r in res.preempted:
+            stall[r] += roof.prefill_s(int(prompts[r] + gen[r]))
+            preempts += 1
+        # decode one epoch on every pod
+        used = 0
+        for pod in sched.c.pods.values():
+            if not pod.reqs:
+                continue
+            ctx = [prompts[r] + gen[r] for r in pod.reqs]
+            step = roof.decode_step_s(len(ctx), float(np.mean(ctx)))
+            for r in pod.reqs:
+                avail = epoch_s - stall[r]
+                if avail > 0:
+                    stall[r] = 0.0
+                    gen[r] = min(outputs[r], gen[r] + avail / step)
+                else:
+                    stall[r] = -avail
+                used += int(prompts[r] + gen[r])
+            req_time += epoch_s * len(pod.reqs)
+        if window[0] <= t <= window[1] + epoch_s:
+            active = sum(1 for p in sched.c.pods.values() if p.reqs)
+            pods_t.append(active)
+            util_t.append(used / (cap * active) if active else 0.0)
+    span = window[1] - window[0]
+    lat = finish - times
+    return {
+        "gpus_peak": int(max(pods_t)),
+        "gpus_mean": round(float(np.mean(pods_t)), 2),
+        "migrations": moves,
+        "migrations_per_s": round(moves / span, 3),
+        "kv_util_mean": round(float(np.mean(util_t)), 4),
+        "migration_ms_mean": round(1e3 * move_s / moves, 1) if moves else 0.0,
+        "migration_share_of_request_time": round(move_s / req_time, 5) if req_time else 0.0,
+        "kv_transfers": modes["kv"],
+        "reprefills": modes["tokens"],
+        "over_budget": over_budget,
+        "preemptions": preempts,
+        "latency_mean_s": round(float(np.nanmean(lat)), 2),
+    }
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * (a - b) / b:+.1f}%" if b else "n/a"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="last line: one JSON object")
+    parser.add_argument("--quick", action="store_true", help="300 requests per run")
+    parser.add_argument("--requests", type=int, default=None, help="per run (default 1500)")
+    parser.add_argument("--epoch", type=float, default=1.0, help="seconds per epoch")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    n = args.requests or (300 if args.quick else 1500)
+    t0 = time.perf_counter()
+    trace = traffic.load_trace("azure-conv")
+    results: dict[str, Any] = {}
+    for setup in SETUPS:
+        roof = Roofline(gpu_type(setup.gpu), model_shape(setup.model))
+        prof = _profile(setup, roof)
+        cap = roof.kv_capacity_tokens
+        print(
+            f"\n{setup.name}: C = {cap} tokens; links {prof.intra.name} "
+            f"{prof.intra.gbytes_per_s:.1f} GB/s, {prof.inter.name} {prof.inter.gbytes_per_s:.1f}"
+            f" GB/s; re-prefill budget {prof.compute_budget_tokens} tokens/epoch/pod"
+        )
+        per_rate: dict[str, Any] = {}
+        for rate in RATES:
+            times, prompts, outputs, clipped = workload(trace, rate, n, cap, args.seed)
+            runs = {
+                s: simulate(s, setup=setup, roof=roof, prof=prof, times=times, prompts=prompts,
+                            outputs=outputs, epoch_s=args.epoch)
+                for s in SCHEDULERS
+            }  # fmt: skip
+            mell, nob = runs["MELL"], runs["MELL-nobatch"]
+            ratios = {
+                f"gpus_mean_vs_{b}": round(mell["gpus_mean"] / runs[b]["gpus_mean"], 3)
+                for b in ("BF", "WF", "LB")
+            } | {
+                f"gpus_peak_vs_{b}": round(mell["gpus_peak"] / runs[b]["gpus_peak"], 3)
+                for b in ("BF", "WF", "LB")
+            }
+            ratios["migrations_batching_vs_nobatch"] = (
+                round(mell["migrations"] / nob["migrations"], 3) if nob["migrations"] else None
+            )
+            per_rate[str(rate)] = {"clipped_share": round(clipped, 3), "runs": runs,
+                                   "ratios": ratios}  # fmt: skip
+            print(f"  λ = {rate} req/s, {n} requests ({100 * clipped:.0f}% clipped to C)")
+            print(
+                "    scheduler     GPUs peak  mean   migr/s  KV util  migr ms  migr share"
+                "  KV/re-prefill  preempt  latency s"
+            )
+            for s, r in runs.items():
+                print(
+                    f"    {s:<13} {r['gpus_peak']:>8} {r['gpus_mean']:>6.1f} "
+                    f"{r['migrations_per_s']:>8.3f} {100 * r['kv_util_mean']:>7.1f}% "
+                    f"{r['migration_ms_mean']:>8.1f} "
+                    f"{100 * r['migration_share_of_request_time']:>9.2f}%"
+                    f"  {r['kv_transfers']:>6}/{r['reprefills']:<6} {r['preemptions']:>8} "
+                    f"{r['latency_mean_s']:>9.1f}"
+                )
+            print(
+                "    MELL mean GPUs vs BF / WF / LB: "
+                + " / ".join(_pct(mell["gpus_mean"], runs[b]["gpus_mean"]) for b in BASES)
+                + "; peak: "
+                + " / ".join(_pct(mell["gpus_peak"], runs[b]["gpus_peak"]) for b in BASES)
+                + "; batching changes migrations by "
+                + _pct(mell["migrations"], nob["migrations"])
+            )
+        results[setup.name] = {"kv_capacity_tokens": cap, "rates": per_rate}
+    wall = time.perf_counter() - t0
+    print(f"\nwall time {wall:.1f} s")
+    if args.json:
+        summary = {
+            "bench": "kvsched",
+            "requests_per_run": n,
+            "epoch_s": args.epoch,
+            "scale": SCALE,
+            "seed": args.seed,
+            "wall_s": round(wall, 1),
+            "setups": results,
+        }
+        print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,37 @@
+"""MELL's online KV-cache scheduler (seeds/001 §V–VII) and its baselines (§VIII-B).
+
+Pure and I/O-free: `Mell` (Fig. 10 operations, Algorithm 1 epochs, §VI-C batching),
+`FitScheduler` (BF/WF), `LoadBalancer` (LB, Llumnix-style), `plan_migrations` (§V adaptive
+migration), `theorem.violations` (Theorem 1's properties).
+"""
+
+from gpumix.kvsched.baselines import FitScheduler, LoadBalancer, make_baseline
+from gpumix.kvsched.mell import Mell, PriorityWeights
+from gpumix.kvsched.migration import (
+    Choice,
+    LinkProfile,
+    MigrationPlan,
+    MigrationProfile,
+    kv_only,
+    plan_migrations,
+)
+from gpumix.kvsched.state import Cluster, EpochResult, Move, RequestClass, classify
+
+__all__ = [
+    "Choice",
+    "Cluster",
+    "EpochResult",
+    "FitScheduler",
+    "LinkProfile",
+    "LoadBalancer",
+    "Mell",
+    "MigrationPlan",
+    "MigrationProfile",
+    "Move",
+    "PriorityWeights",
+    "RequestClass",
+    "classify",
+    "kv_only",
+    "make_baseline",
+    "plan_migrations",
+]

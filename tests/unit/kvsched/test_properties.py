@@ -1,0 +1,142 @@
+"""Property tests over random arrival / departure / growth sequences (hypothesis, bounded):
+
+- no pod's KV ever exceeds C, every running request is placed exactly once;
+- Theorem 1's properties hold after every batched epoch except a bounded number of pods;
+- no single operation migrates more than 10 items (Theorem 3);
+- on small instances the pods stay within 4/3 of the offline optimum plus a constant (Theorem 2;
+  the optimum of the bin packing at that moment, from an ILP on HiGHS).
+"""
+
+from __future__ import annotations
+
+import pulp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpumix.kvsched import Mell, make_baseline
+from gpumix.kvsched.theorem import violations
+
+C = 120
+EXCEPTIONS = 8
+"""Theorem 1's 'constant number of exceptions': violating pods we tolerate (the most recently
+activated pod of each label, plus pods whose repair waits on a later operation)."""
+CONSTANT = 2
+
+Epoch = tuple[list[int], list[bool], list[int]]
+epochs = st.lists(
+    st.tuples(
+        st.lists(st.integers(1, C), max_size=4),  # arrivals' sizes
+        st.lists(st.booleans(), max_size=12),  # which running requests complete
+        st.lists(st.sampled_from([0, 0, 1, 5, 15, 40]), max_size=12),  # growth per request
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+def drive(m: Mell | object, plan: list[Epoch], check: object = None) -> None:
+    """Run the epochs; `check(m)` after each."""
+    alive: dict[int, int] = {}
+    rid = 0
+    for arrivals, done, growth in plan:
+        arr = {}
+        for size in arrivals:
+            arr[rid] = size
+            rid += 1
+        order = sorted(alive)
+        gone = [r for r, d in zip(order, done, strict=False) if d]
+        sizes = {
+            r: min(C, alive[r] + g)
+            for r, g in zip(order, [*growth, *([0] * len(order))], strict=False)
+            if r not in gone
+        }
+        m.epoch(arr, gone, sizes)  # type: ignore[attr-defined]
+        for r in gone:
+            del alive[r]
+        alive.update(sizes)
+        alive.update(arr)
+        c = m.c  # type: ignore[attr-defined]
+        assert set(c.where) == set(alive)
+        assert all(p.used <= C for p in c.pods.values()), c.overloaded()
+        assert all(p.reqs for p in c.pods.values()), "empty pods are released"
+        assert all(c.size[r] == s for r, s in alive.items())
+        if callable(check):
+            check(m)
+
+
+@settings(max_examples=50, deadline=None)
+@given(plan=epochs, batching=st.booleans())
+def test_mell_never_overflows_and_bounds_migrations_per_operation(
+    plan: list[Epoch], batching: bool
+) -> None:
+    m = Mell(C, pods_per_node=2, batching=batching)
+
+    def check(m: Mell) -> None:
+        assert all(units <= 10 for _, _, units in m.op_units), m.op_units  # Theorem 3
+        m.op_units.clear()
+
+    drive(m, plan, check)
+
+
+@settings(max_examples=50, deadline=None)
+@given(plan=epochs)
+def test_theorem1_properties_hold_after_batched_epochs_but_for_a_few_pods(
+    plan: list[Epoch],
+) -> None:
+    m = Mell(C, pods_per_node=2)
+
+    def check(m: Mell) -> None:
+        bad = {pid for pid, _ in violations(m)}
+        assert len(bad) <= EXCEPTIONS, violations(m)
+
+    drive(m, plan, check)
+
+
+def optimum(sizes: list[int]) -> int:
+    """Fewest pods of capacity C holding `sizes` (bin-packing ILP, HiGHS)."""
+    if not sizes:
+        return 0
+    n = len(sizes)
+    prob = pulp.LpProblem("opt", pulp.LpMinimize)
+    y = [prob.add_variable(f"y{j}", 0, 1, cat="Binary") for j in range(n)]
+    x = [[prob.add_variable(f"x{i}_{j}", 0, 1, cat="Binary") for j in range(n)] for i in range(n)]
+    prob += pulp.lpSum(y)
+    for i in range(n):
+        prob += pulp.lpSum(x[i]) == 1
+    for j in range(n):
+        prob += pulp.lpSum(sizes[i] * x[i][j] for i in range(n)) <= C * y[j]
+        if j:
+            prob += y[j] <= y[j - 1]
+    prob.solve(pulp.HiGHS(msg=False))
+    assert pulp.LpStatus[prob.status] == "Optimal"
+    return round(pulp.value(prob.objective))
+
+
+small_epochs = st.lists(
+    st.tuples(
+        st.lists(st.integers(1, C), max_size=3),
+        st.lists(st.booleans(), max_size=8),
+        st.lists(st.sampled_from([0, 3, 20]), max_size=8),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(plan=small_epochs)
+def test_pods_within_four_thirds_of_the_offline_optimum(plan: list[Epoch]) -> None:
+    m = Mell(C, pods_per_node=2)
+
+    def check(m: Mell) -> None:
+        sizes = list(m.c.size.values())
+        if len(sizes) <= 10:
+            assert len(m.c.pods) <= 4 / 3 * optimum(sizes) + CONSTANT
+
+    drive(m, plan, check)
+
+
+@settings(max_examples=30, deadline=None)
+@given(plan=epochs, name=st.sampled_from(["BF", "WF", "LB"]))
+def test_baselines_never_overflow(plan: list[Epoch], name: str) -> None:
+    drive(make_baseline(name, C, pods_per_node=2), plan)
