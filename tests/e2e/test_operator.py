@@ -1,94 +1,32 @@
 """The operator end to end on the real control plane: `gpumix run` as a subprocess, KWOK GPU nodes.
 
 Every test creates its LLMServices in a fresh namespace and deletes them (waiting for garbage
-collection) so that GPUs are free again for the next test.
+collection) so that GPUs are free again for the next test. The helpers are in operator_harness.py;
+test_install_manifests.py runs these scenarios again under the service account of manifests/.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import IO, Any
+from collections.abc import Iterator
 
 import pytest
-import yaml
 from kubernetes import client
+from operator_harness import GROUP, SAMPLES, VERSION, Env, Operator, wait
 
 from gpumix_e2e import KubeTarget
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "manifests" / "samples"
-GROUP, VERSION = "gpumix.io", "v1alpha1"
 
 pytestmark = pytest.mark.e2e
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait(what: str, probe: Callable[[], Any], timeout: float = 90, every: float = 0.5) -> Any:
-    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
-
-
-class Operator:
-    """`gpumix run` against the test cluster, restartable, logs in a file."""
-
-    def __init__(self, kube: KubeTarget, log_dir: Path) -> None:
-        self.kube, self.log_dir = kube, log_dir
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log: IO[str] | None = None
-        self.runs = 0
-
-    def start(self) -> None:
-        self.runs += 1
-        args = [sys.executable, "-m", "gpumix.cli", "run", "--context", self.kube.context,
-                "--interval", "5", "--bind", "127.0.0.1", "--metrics-port", str(free_port()),
-                "--health-port", str(free_port()), "--log-format", "plain"]  # fmt: skip
-        if self.kube.kubeconfig is not None:
-            args += ["--kubeconfig", str(self.kube.kubeconfig)]
-        self.log = (self.log_dir / f"operator-{self.runs}.log").open("w")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
-        if self.log is not None:
-            self.log.close()
-            self.log = None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-
 @pytest.fixture(scope="module")
 def operator(kube: KubeTarget, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    kube.kubectl("apply", "-f", str(EXAMPLES / "gpupools.yaml"),
-                 "-f", str(EXAMPLES / "profiles-llama-2-7b.yaml"))  # fmt: skip
+    kube.kubectl("apply", "-f", str(SAMPLES / "gpupools.yaml"),
+                 "-f", str(SAMPLES / "profiles-llama-2-7b.yaml"))  # fmt: skip
     op = Operator(kube, tmp_path_factory.mktemp("operator"))
     op.start()
     try:
@@ -98,105 +36,6 @@ def operator(kube: KubeTarget, tmp_path_factory: pytest.TempPathFactory) -> Iter
         if os.environ.get("GPUMIX_E2E_SHOW_LOGS") == "1":
             for log in sorted(op.log_dir.glob("*.log")):
                 print(log.read_text(), file=sys.stderr)
-
-
-class Env:
-    """One test's namespace and typed access to what the operator wrote there."""
-
-    def __init__(self, kube: KubeTarget, namespace: str) -> None:
-        self.kube, self.ns = kube, namespace
-        self.custom = client.CustomObjectsApi(kube.api_client)
-        self.apps = client.AppsV1Api(kube.api_client)
-        self.core = client.CoreV1Api(kube.api_client)
-
-    def service(self, name: str, rate: float, **spec: Any) -> dict[str, Any]:
-        body: dict[str, Any] = yaml.safe_load((EXAMPLES / "chat.yaml").read_text())
-        body["metadata"] = {"name": name, "namespace": self.ns}
-        body["spec"]["workload"]["requestRate"] = rate
-        body["spec"].update(spec)
-        return body
-
-    def apply(self, body: dict[str, Any]) -> None:
-        self.kube.apply(body)
-
-    def get(self, name: str) -> dict[str, Any]:
-        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, self.ns, "llmservices", name
-        )
-        return obj
-
-    def condition(self, name: str, type_: str) -> dict[str, Any] | None:
-        status = self.get(name).get("status") or {}
-        return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
-
-    def wait_condition(
-        self, name: str, type_: str, status: str, reason: str | None = None, timeout: float = 90
-    ) -> dict[str, Any]:
-        def probe() -> dict[str, Any] | None:
-            c = self.condition(name, type_)
-            ok = c and c["status"] == status and (reason is None or c["reason"] == reason)
-            return c if ok else None
-
-        result: dict[str, Any] = wait(f"{name} {type_}={status} {reason or ''}", probe, timeout)
-        return result
-
-    def deployments(self, service: str) -> dict[str, Any]:
-        items = self.apps.list_namespaced_deployment(
-            self.ns, label_selector=f"gpumix.io/service={service}"
-        ).items
-        return {d.metadata.labels["gpumix.io/pool"]: d for d in items}
-
-    def replicas(self, service: str) -> dict[str, int]:
-        return {p: d.spec.replicas for p, d in self.deployments(service).items()}
-
-    def allocation(self, service: str) -> dict[str, int]:
-        status = self.get(service).get("status") or {}
-        return {a["pool"]: a["replicas"] for a in status.get("allocation", [])}
-
-    def pods_running_on_right_nodes(self, service: str) -> dict[str, int] | None:
-        """Running pods per pool, or None while any pod is not Running or is misplaced."""
-        counts: dict[str, int] = {}
-        pods = self.core.list_namespaced_pod(self.ns, label_selector=f"gpumix.io/service={service}")
-        for pod in pods.items:
-            if pod.metadata.deletion_timestamp:
-                return None
-            pool = pod.metadata.labels["gpumix.io/pool"]
-            if pod.status.phase != "Running" or not pod.spec.node_name:
-                return None
-            node = self.core.read_node(pod.spec.node_name)
-            assert node.metadata.labels.get("gpumix.io/gpu-class") == pool, (
-                f"pod {pod.metadata.name} of pool {pool} landed on {pod.spec.node_name}"
-            )
-            counts[pool] = counts.get(pool, 0) + 1
-        return counts
-
-    def events(self, service: str) -> list[Any]:
-        return [
-            e
-            for e in self.core.list_namespaced_event(self.ns).items
-            if e.involved_object.name == service and e.involved_object.kind == "LLMService"
-        ]
-
-    def delete_and_wait(self, service: str) -> None:
-        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, "llmservices", service)
-        wait(f"{service}'s pods to be garbage-collected", lambda: not self.core.list_namespaced_pod(
-            self.ns, label_selector=f"gpumix.io/service={service}").items, timeout=120)  # fmt: skip
-
-
-@pytest.fixture
-def env(kube: KubeTarget, operator: Operator) -> Iterator[Env]:
-    ns = f"e2e-op-{uuid.uuid4().hex[:6]}"
-    kube.kubectl("create", "namespace", ns)
-    e = Env(kube, ns)
-    try:
-        yield e
-    finally:
-        for item in e.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "llmservices")[
-            "items"
-        ]:
-            e.delete_and_wait(item["metadata"]["name"])
-        kube.kubectl("delete", "namespace", ns, "--wait=false")
-    assert operator.alive(), "the operator exited"
 
 
 def test_service_gets_planned_deployments_running_on_their_pools(env: Env) -> None:

@@ -33,7 +33,9 @@ def _connection(api: client.ApiClient) -> kopf.ConnectionInfo:
     """kopf logs in with exactly the credentials our own client uses (same context), asking the
     client again on every re-login so that rotated in-cluster tokens are picked up."""
     cfg = api.configuration
-    auth = cfg.get_api_key_with_prefix("authorization") or ""
+    # kubernetes>=30 keeps tokens (kubeconfig and in-cluster) under "BearerToken"; older ones
+    # under "authorization". Asking for one only made kopf log in anonymously with a token.
+    auth = cfg.get_api_key_with_prefix("BearerToken", alias="authorization") or ""
     scheme, _, token = auth.partition(" ")
     return kopf.ConnectionInfo(
         server=cfg.host,

@@ -1,0 +1,27 @@
+# The gpumix operator image: `gpumix run` as a non-root user on a slim Python base.
+#   docker build -t REGISTRY/gpumix:0.1.0 .
+# The pod runs it with a read-only root filesystem and an emptyDir at /tmp (the solvers' files).
+
+FROM python:3.11-slim-bookworm AS build
+WORKDIR /src
+# Only what the package build needs (see .dockerignore).
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+RUN python -m venv /opt/gpumix \
+ && /opt/gpumix/bin/pip install --no-cache-dir /src
+
+FROM python:3.11-slim-bookworm
+# uid/gid 65532 as in the manifests' and chart's securityContext (runAsUser, runAsGroup).
+RUN groupadd --system --gid 65532 gpumix \
+ && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /tmp gpumix
+COPY --from=build /opt/gpumix /opt/gpumix
+ENV PATH=/opt/gpumix/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    TMPDIR=/tmp \
+    HOME=/tmp
+USER 65532:65532
+WORKDIR /tmp
+# Prometheus metrics, kopf liveness (GET /healthz).
+EXPOSE 8080 8081
+ENTRYPOINT ["gpumix", "run"]

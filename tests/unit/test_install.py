@@ -1,0 +1,168 @@
+"""The install files: generated ones are fresh, and the chart's defaults are gpumix.install's.
+
+The e2e tests (tests/e2e/test_install_*.py) render the chart with Helm and the manifests with
+kustomize, compare the two, and install both on the local control plane.
+"""
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import gpumix
+from gpumix.install import (
+    IMAGE_REPOSITORY,
+    NAME,
+    NAMESPACE,
+    OPERATOR,
+    RULES,
+    base_objects,
+    render_install_files,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "gpumix"
+
+
+def test_generated_install_files_are_fresh() -> None:
+    expected = render_install_files(ROOT)
+    for path, text in expected.items():
+        assert path.exists(), f"{path.relative_to(ROOT)} is missing: run `make manifests`"
+        assert path.read_text(encoding="utf-8") == text, (
+            f"{path.relative_to(ROOT)} is stale: run `make manifests` (gpumix manifests)"
+        )
+    chart_crds = set((CHART / "templates" / "crds").glob("*.yaml"))
+    assert chart_crds == {p for p in expected if p.parent == CHART / "templates" / "crds"}, (
+        "charts/gpumix/templates/crds/ does not match crds/: run `make manifests`"
+    )
+
+
+def test_chart_crds_are_the_crds_of_crds_dir() -> None:
+    crds = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    assert crds, "no CRDs in crds/"
+    assert sorted(p.name for p in (CHART / "templates" / "crds").glob("*.yaml")) == crds
+
+
+def test_rbac_is_least_privilege() -> None:
+    known = {"get", "list", "watch", "create", "update", "patch", "delete"}
+    for rule in RULES:
+        assert "*" not in rule.verbs
+        assert "*" not in rule.resources
+        assert rule.api_group != "*"
+        assert set(rule.verbs) <= known, rule
+        assert rule.why, rule
+    # Nothing reads secrets, nothing escalates.
+    resources = {r for rule in RULES for r in rule.resources}
+    assert not resources & {"secrets", "roles", "clusterroles", "rolebindings", "serviceaccounts"}
+    pairs = [(rule.api_group, r) for rule in RULES for r in rule.resources]
+    assert len(pairs) == len(set(pairs)), "a resource appears in two rules"
+
+
+def test_the_operator_deployment_is_restricted() -> None:
+    (deployment,) = base_objects()["deployment.yaml"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["metadata"]["namespace"] == NAMESPACE
+
+
+def test_chart_defaults_are_the_operator_settings() -> None:
+    values: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    s = OPERATOR
+    assert values["image"]["repository"] == IMAGE_REPOSITORY
+    assert values["image"]["tag"] == ""  # the chart's appVersion
+    assert values["replicas"] == 1
+    assert values["metrics"]["port"] == s.metrics_port
+    assert values["health"]["port"] == s.health_port
+    assert values["operator"]["interval"] == s.interval_s
+    assert values["operator"]["solverTimeLimit"] == s.solver_time_limit_s
+    assert values["operator"]["logFormat"] == s.log_format
+    assert values["resources"] == s.resources
+    assert values["tmpSizeLimit"] == s.tmp_size_limit
+    assert values["podSecurityContext"] == s.pod_security_context()
+    assert values["securityContext"] == s.container_security_context()
+    probe = {k: v for k, v in s.liveness_probe().items() if k != "httpGet"}
+    assert values["livenessProbe"] == probe
+    assert values["crds"] == {"enabled": True, "keep": True}
+
+
+def test_chart_schema_constrains_replicas_and_knows_every_value() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert schema["properties"]["replicas"]["enum"] == [1]
+
+    def check(node: dict[str, Any], value: Any, path: str) -> None:
+        if node.get("type") != "object" or "properties" not in node:
+            return
+        assert node.get("additionalProperties") is False, f"{path}: schema not strict"
+        for key, child in value.items():
+            assert key in node["properties"], f"{path}.{key}: not in values.schema.json"
+            check(node["properties"][key], child, f"{path}.{key}")
+
+    check(schema, values, "values")
+
+
+def test_versions_agree() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert chart["appVersion"] == gpumix.__version__ == project["version"]
+    kustomization = yaml.safe_load(
+        (ROOT / "manifests" / "default" / "kustomization.yaml").read_text()
+    )
+    (image,) = kustomization["images"]
+    assert image["name"] == IMAGE_REPOSITORY
+    assert image["newTag"] == gpumix.__version__
+    assert kustomization["namespace"] == NAMESPACE
+    assert kustomization["resources"] == ["../../crds", "../base"]
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines()]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line else "")
+        for line in lines
+        if line and not line.startswith("#")
+    ]
+
+
+def test_dockerfile_runs_gpumix_run_as_the_pods_user() -> None:
+    steps = dockerfile_instructions()
+    final = steps[max(i for i, (op, _) in enumerate(steps) if op == "FROM") :]
+    entrypoint = [json.loads(arg) for op, arg in final if op == "ENTRYPOINT"]
+    assert entrypoint == [["gpumix", "run"]]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["gpumix"] == "gpumix.cli:main"
+    (user,) = [arg for op, arg in final if op == "USER"]
+    assert user == f"{OPERATOR.uid}:{OPERATOR.uid}"
+    assert OPERATOR.pod_security_context()["runAsUser"] == OPERATOR.uid
+    (expose,) = [arg for op, arg in final if op == "EXPOSE"]
+    assert expose.split() == [str(OPERATOR.metrics_port), str(OPERATOR.health_port)]
+    base = [arg for op, arg in steps if op == "FROM"]
+    assert all(re.match(r"python:3\.\d+-slim", b) for b in base), base
+    # Only what the package build needs goes into the build context.
+    ignore = (ROOT / ".dockerignore").read_text().split()
+    assert ignore[ignore.index("*") :][:4] == ["*", "!pyproject.toml", "!README.md", "!operator/"]
+
+
+def test_namespace_enforces_restricted_pod_security() -> None:
+    (namespace,) = base_objects()["namespace.yaml"]
+    assert namespace["metadata"]["name"] == NAMESPACE
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    account, role, binding = base_objects()["rbac.yaml"]
+    assert account["metadata"]["name"] == NAME
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]
+    assert role["rules"] == [r.policy_rule() for r in RULES]
