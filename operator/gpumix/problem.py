@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict
 from gpumix.api import GPUPool, GPUProfile, LLMService
 from gpumix.plan import AllocationInstance, GPUOption
 from gpumix.profiles import CATALOG, ProfileRangeError, max_tput_for_grid
+from gpumix.profiles.catalog import GPUType
+from gpumix.profiles.models import ModelShape
+from gpumix.profiles.roofline import Roofline
 
 
 class PoolChoice(BaseModel):
@@ -33,6 +36,15 @@ class ServiceProblem(BaseModel):
     choices: dict[str, PoolChoice]
     excluded: dict[str, str]
     """Pool name → why this service cannot use it."""
+
+
+def replica_fits(
+    gpu: GPUType, model: ModelShape, gpus: int, min_kv_tokens: int | None = None
+) -> bool:
+    """Jiang App. D's memory check: ``gpus`` GPUs of one type hold the weights plus the KV cache
+    of at least one full-context request (``min_kv_tokens``, default the model's context)."""
+    need = model.max_context if min_kv_tokens is None else min_kv_tokens
+    return Roofline(gpu, model, gpus).kv_capacity_tokens >= need
 
 
 def pool_price(pool: GPUPool) -> float | None:

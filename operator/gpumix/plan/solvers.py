@@ -23,29 +23,34 @@ def highs_available() -> bool:
     return bool(pulp.HiGHS(msg=False).available())
 
 
-def run(problem: pulp.LpProblem, solver: SolverName, time_limit_s: float) -> SolveResult:
-    """Solve ``problem`` in place; fall back from HiGHS to CBC when HiGHS can't answer."""
+def run(
+    problem: pulp.LpProblem, solver: SolverName, time_limit_s: float, gap_rel: float = 0.0
+) -> SolveResult:
+    """Solve ``problem`` in place; fall back from HiGHS to CBC when HiGHS can't answer.
+
+    ``gap_rel`` is the relative MIP gap at which the solver may stop (0 = proven optimum).
+    """
     if solver == "highs":
         if not highs_available():
-            result = _run_cbc(problem, time_limit_s)
+            result = _run_cbc(problem, time_limit_s, gap_rel)
             return result.model_copy(update={"message": _join("highspy unavailable", result)})
-        result = _run_highs(problem, time_limit_s)
+        result = _run_highs(problem, time_limit_s, gap_rel)
         if result.status != "error":
             return result
-        fallback = _run_cbc(problem, time_limit_s)
+        fallback = _run_cbc(problem, time_limit_s, gap_rel)
         note = f"HiGHS failed ({result.message or 'error'}); fell back to CBC"
         return fallback.model_copy(update={"message": _join(note, fallback)})
-    return _run_cbc(problem, time_limit_s)
+    return _run_cbc(problem, time_limit_s, gap_rel)
 
 
 def _join(note: str, result: SolveResult) -> str:
     return f"{note}; {result.message}" if result.message else note
 
 
-def _run_highs(problem: pulp.LpProblem, time_limit_s: float) -> SolveResult:
+def _run_highs(problem: pulp.LpProblem, time_limit_s: float, gap_rel: float) -> SolveResult:
     start = time.perf_counter()
     try:
-        problem.solve(pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=0.0))
+        problem.solve(pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap_rel))
     except pulp.PulpSolverError as exc:
         return _result("highs", "error", objective=None, gap=None, start=start, message=str(exc))
     from highspy import HighsModelStatus  # noqa: PLC0415 - optional until HiGHS is in use
@@ -75,7 +80,7 @@ def _run_highs(problem: pulp.LpProblem, time_limit_s: float) -> SolveResult:
     return _result("highs", status, objective=objective, gap=gap, start=start, message=description)
 
 
-def _run_cbc(problem: pulp.LpProblem, time_limit_s: float) -> SolveResult:
+def _run_cbc(problem: pulp.LpProblem, time_limit_s: float, gap_rel: float) -> SolveResult:
     """CBC runs as a subprocess on MPS/solution files; keep them in a private temp dir.
 
     PuLP falls back to the working directory when ``TMPDIR`` is unusable, so the directory
@@ -90,7 +95,7 @@ def _run_cbc(problem: pulp.LpProblem, time_limit_s: float) -> SolveResult:
             path=pulp.PULP_CBC_CMD.pulp_cbc_path,
             msg=False,
             timeLimit=time_limit_s,
-            gapRel=0.0,
+            gapRel=gap_rel,
             keepFiles=False,
         )
         cmd.tmpDir = tmp_dir

@@ -1,0 +1,169 @@
+"""Input of the joint planner: every service's demand and replica options, every pool's GPUs.
+
+One :class:`JointInstance` is Coral's online allocation problem (§4.3) with Mélange's demand
+model inside each service: a service is a request-rate histogram under an SLO (Mélange §5.1),
+its *replica options* are Coral's serving templates / Jiang et al.'s deployment configurations
+(§4.3, App. D): ``k`` GPUs of one type in one node running one tensor-parallel replica, with its
+own profiled MaxTput per bucket. Pools cap GPUs per type (Coral's ``A_{r,g}``, Jiang's ``a_n``);
+budgets cap $/h per service and for the cluster (Jiang's ``B``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpumix.plan.instance import Bucket, Matrix, _check_rectangular
+
+
+class Priority(StrEnum):
+    """Who is served first when demand cannot be met: interactive traffic, then batch."""
+
+    INTERACTIVE = "interactive"
+    BATCH = "batch"
+
+
+class Objective(StrEnum):
+    MIN_COST = "min-cost"
+    """Serve every service's demand (or as much as possible) at the lowest $/h (default)."""
+    MAX_THROUGHPUT = "max-throughput"
+    """Jiang et al. §4.3: the largest common multiple of every demand that the pools and the
+    budget can serve (the inverse of the makespan ``T``)."""
+
+
+class ReplicaOption(BaseModel):
+    """One replica configuration a service may run: ``gpus_per_replica`` GPUs of one pool."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    """Unique within the service; the operator uses ``<pool>`` or ``<pool>-tp<k>``."""
+    pool: str = Field(min_length=1)
+    gpus_per_replica: int = Field(default=1, ge=1)
+    cost_per_hour: float = Field(gt=0, allow_inf_nan=False)
+    """$/h of one replica (all of its GPUs)."""
+    max_tput: Matrix
+    """MaxTput of one replica in req/s per bucket at the service's SLO; 0 = cannot serve."""
+    running: int = Field(default=0, ge=0)
+    """Replicas of this option running now: the churn penalty charges only replicas above it."""
+    fixed: int | None = Field(default=None, ge=0)
+    """Pin the replica count (e.g. an autoscaler owns the Deployment); ``None`` = free."""
+
+    @field_validator("max_tput")
+    @classmethod
+    def _rectangular(cls, value: Matrix) -> Matrix:
+        return _check_rectangular(value, "max_tput")
+
+
+class ServiceDemand(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    rates: Matrix
+    """req/s per ``[input bucket][output bucket]``, over-provisioning included."""
+    options: list[ReplicaOption]
+    slice_factor: int = Field(default=8, ge=1)
+    priority: Priority = Priority.INTERACTIVE
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """Within a priority class, unserved req/s count ``weight`` times (higher = served first)."""
+    budget_per_hour: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    churn_penalty: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Coral §4.3's λ: a newly added replica costs ``λ × its $/h`` once in the objective."""
+    max_replicas: int | None = Field(default=None, ge=0)
+    input_edges: list[int] | None = None
+    output_edges: list[int] | None = None
+    slo_label: str = ""
+
+    @field_validator("rates")
+    @classmethod
+    def _rect(cls, value: Matrix) -> Matrix:
+        return _check_rectangular(value, "rates")
+
+    @model_validator(mode="after")
+    def _check(self) -> ServiceDemand:
+        names = [o.name for o in self.options]
+        if len(set(names)) != len(names):
+            raise ValueError(f"service {self.name}: option names must be unique: {names}")
+        shape = self.shape
+        for o in self.options:
+            got = (len(o.max_tput), len(o.max_tput[0]))
+            if got != shape:
+                raise ValueError(f"service {self.name}: option {o.name} is {got}, rates {shape}")
+        for edges, size in ((self.input_edges, shape[0]), (self.output_edges, shape[1])):
+            if edges is not None and (
+                len(edges) != size + 1 or any(b <= a for a, b in itertools.pairwise(edges))
+            ):
+                raise ValueError(f"service {self.name}: edges {edges} do not fit {size} buckets")
+        return self
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.rates), len(self.rates[0])
+
+    @property
+    def total_rate(self) -> float:
+        return sum(map(sum, self.rates))
+
+    def buckets_with_traffic(self) -> list[Bucket]:
+        return [(i, j) for i, row in enumerate(self.rates) for j, r in enumerate(row) if r > 0]
+
+    def slice_load(self, option: int, bucket: Bucket) -> float | None:
+        """Mélange §5.4.2: one slice's share of one replica, ``None`` if it cannot serve it."""
+        i, j = bucket
+        tput = self.options[option].max_tput[i][j]
+        if tput <= 0:
+            return None
+        return self.rates[i][j] / (self.slice_factor * tput)
+
+    def bucket_label(self, bucket: Bucket) -> str:
+        i, j = bucket
+        if self.input_edges is None or self.output_edges is None:
+            return f"({i}, {j})"
+        ie, oe = self.input_edges, self.output_edges
+        return f"input {ie[i]}–{ie[i + 1]} / output {oe[j]}–{oe[j + 1]} tokens"
+
+    def unservable(self) -> list[Bucket]:
+        """Buckets with traffic that no option can serve within the SLO."""
+        return [
+            b
+            for b in self.buckets_with_traffic()
+            if all(self.slice_load(k, b) is None for k in range(len(self.options)))
+        ]
+
+
+class PoolLimit(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    gpus: int | None = Field(default=None, ge=0)
+    """GPUs the planner may place here (GPUPool status: plannable − foreign); ``None`` = any."""
+
+
+class JointInstance(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    services: list[ServiceDemand]
+    pools: list[PoolLimit]
+    budget_per_hour: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Cluster-wide cap on $/h over every service (``gpumix run --budget``)."""
+    allow_partial: bool = True
+    """Serve as much as possible when not everything fits (else: infeasible)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> JointInstance:
+        names = [s.name for s in self.services]
+        if len(set(names)) != len(names):
+            raise ValueError(f"service names must be unique: {names}")
+        pools = {p.name for p in self.pools}
+        if len(pools) != len(self.pools):
+            raise ValueError("pool names must be unique")
+        for s in self.services:
+            for o in s.options:
+                if o.pool not in pools:
+                    raise ValueError(f"service {s.name}: option {o.name} names unknown pool")
+        return self
+
+    def pool(self, name: str) -> PoolLimit:
+        return next(p for p in self.pools if p.name == name)

@@ -1,0 +1,315 @@
+"""The joint ILP: variables and one function per constraint family.
+
+Per service ``s`` and replica option ``o`` (Coral §4.3's serving instance of a template, Jiang
+§4.3's configuration ``c``): an integer replica count ``y[s,o]``. Per bucket ``b`` with traffic,
+how its traffic is placed, in one of two forms:
+
+- ``min-cost``: Mélange §5.4's placement of bucket traffic, ``n[s,b,o] ∈ [0, S]`` per servable
+  option plus ``u[s,b] ∈ [0, S]`` left unserved (graceful degradation, 0 when everything fits),
+  with ``Σ_o n + u = S``. Unlike Mélange's slices these are continuous, as Jiang §4.3's
+  fractional assignment ``x_{c,w}``: the router splits traffic by any weights (App. A.2), the
+  optimum can only get cheaper, and with only the replica counts integer a Coral-scale instance
+  solves in a fraction of the time (``bench/joint.py``);
+- ``max-throughput``: Jiang §4.3's fractional assignment ``x`` scaled by the common throughput
+  factor ``α`` (``x = α·x_Jiang``, which makes the makespan constraint (3) linear:
+  ``Σ_w x_{c,w} f_w / h_{c,w} ≤ y_c`` with ``T = 1/α``), with ``Σ_o x[s,b,o] = α``.
+
+Constraint families: replica capacity (Mélange (3) / Jiang (3)), pool GPUs (Coral's availability
+constraint / Jiang (6)), budgets (Jiang (5), per service and cluster-wide), ``maxReplicas``, and
+the churn penalty's auxiliary ``a[s,o] ≥ y[s,o] − running[s,o]`` (Coral §4.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulp
+
+from gpumix.plan.instance import Bucket
+from gpumix.plan.joint.instance import JointInstance, ServiceDemand
+from gpumix.plan.model import LOAD_TOL
+
+Key = tuple[int, int]
+"""(service index, option index)."""
+PlaceKey = tuple[int, Bucket, int]
+"""(service index, bucket, option index)."""
+
+
+@dataclass
+class JointModel:
+    problem: pulp.LpProblem
+    counts: dict[Key, pulp.LpVariable]
+    placement: dict[PlaceKey, pulp.LpVariable]
+    unserved: dict[tuple[int, Bucket], pulp.LpVariable] = field(default_factory=dict)
+    added: dict[Key, pulp.LpVariable] = field(default_factory=dict)
+    alpha: pulp.LpVariable | None = None
+    """The throughput factor of the max-throughput form."""
+
+
+def _upper(instance: JointInstance, service: ServiceDemand, o: int) -> int | None:
+    option = service.options[o]
+    if option.fixed is not None:
+        return option.fixed
+    bounds = []
+    gpus = instance.pool(option.pool).gpus
+    if gpus is not None:
+        bounds.append(gpus // option.gpus_per_replica)
+    if service.max_replicas is not None:
+        bounds.append(service.max_replicas)
+    return min(bounds) if bounds else None
+
+
+def add_counts(
+    problem: pulp.LpProblem, instance: JointInstance, pruned: set[Key]
+) -> dict[Key, pulp.LpVariable]:
+    """``y[s,o] ∈ Z≥0``, pinned where an option is ``fixed``; deterministic names. Pruned
+    (dominated) options get no variable: they are 0 in every plan."""
+    counts = {}
+    for si, service in enumerate(instance.services):
+        for o, option in enumerate(service.options):
+            if (si, o) in pruned:
+                continue
+            low = option.fixed or 0
+            counts[si, o] = problem.add_variable(
+                f"y_s{si}_o{o}", lowBound=low, upBound=_upper(instance, service, o),
+                cat=pulp.LpInteger,
+            )  # fmt: skip
+    return counts
+
+
+def dominated(instance: JointInstance) -> set[Key]:
+    """Options no optimal plan needs (Jiang App. G (i), pruning dominated configurations).
+
+    Option ``B`` (``k_B`` GPUs) is dominated by ``A`` in the same pool when ``k_A`` divides
+    ``k_B``, ``m = k_B / k_A`` replicas of ``A`` cost no more than one of ``B`` and serve at
+    least as much of every bucket (``m·MaxTput_A ≥ MaxTput_B``): any ``B`` replica can then be
+    swapped for ``m`` of ``A`` on the same GPUs. Running or pinned options are never pruned
+    (the churn penalty and the pins refer to them); among identical options the first stays.
+    """
+    out: set[Key] = set()
+    for si, service in enumerate(instance.services):
+        for b, big in enumerate(service.options):
+            if big.running or big.fixed is not None:
+                continue
+            for a, small in enumerate(service.options):
+                if a == b or small.pool != big.pool or (si, a) in out:
+                    continue
+                if big.gpus_per_replica % small.gpus_per_replica:
+                    continue
+                m = big.gpus_per_replica // small.gpus_per_replica
+                if m * small.cost_per_hour > big.cost_per_hour + 1e-12:
+                    continue
+                if all(
+                    m * ts >= tb
+                    for rs, rb in zip(small.max_tput, big.max_tput, strict=True)
+                    for ts, tb in zip(rs, rb, strict=True)
+                ):
+                    out.add((si, b))
+                    break
+    return out
+
+
+def add_slice_placement(
+    problem: pulp.LpProblem, instance: JointInstance, partial: bool, pruned: set[Key]
+) -> tuple[dict[PlaceKey, pulp.LpVariable], dict[tuple[int, Bucket], pulp.LpVariable]]:
+    """Mélange (2), aggregated and relaxed, with unserved traffic: ``Σ_o n[s,b,o] + u[s,b] = S``."""
+    placement: dict[PlaceKey, pulp.LpVariable] = {}
+    unserved: dict[tuple[int, Bucket], pulp.LpVariable] = {}
+    for si, service in enumerate(instance.services):
+        s_factor = service.slice_factor
+        for b in service.buckets_with_traffic():
+            row = []
+            for o in range(len(service.options)):
+                if service.slice_load(o, b) is None or (si, o) in pruned:
+                    continue
+                var = problem.add_variable(
+                    f"n_s{si}_i{b[0]}_o{b[1]}_t{o}", lowBound=0, upBound=s_factor
+                )
+                placement[si, b, o] = var
+                row.append(var)
+            u = problem.add_variable(
+                f"u_s{si}_i{b[0]}_o{b[1]}", lowBound=0, upBound=s_factor if partial else 0
+            )
+            unserved[si, b] = u
+            problem += pulp.lpSum(row) + u == s_factor, f"assign_s{si}_i{b[0]}_o{b[1]}"
+    return placement, unserved
+
+
+def add_fractional_placement(
+    problem: pulp.LpProblem, instance: JointInstance, alpha: pulp.LpVariable, pruned: set[Key]
+) -> dict[PlaceKey, pulp.LpVariable]:
+    """Jiang (2) scaled by ``α``: ``Σ_o x[s,b,o] = α`` (every bucket served α times over)."""
+    placement: dict[PlaceKey, pulp.LpVariable] = {}
+    for si, service in enumerate(instance.services):
+        for b in service.buckets_with_traffic():
+            row = []
+            for o in range(len(service.options)):
+                if service.slice_load(o, b) is None or (si, o) in pruned:
+                    continue
+                var = problem.add_variable(f"x_s{si}_i{b[0]}_o{b[1]}_t{o}", lowBound=0)
+                placement[si, b, o] = var
+                row.append(var)
+            problem += pulp.lpSum(row) == alpha, f"assign_s{si}_i{b[0]}_o{b[1]}"
+    return placement
+
+
+def placement_load(
+    instance: JointInstance, key: PlaceKey, var: pulp.LpVariable, fractional: bool
+) -> pulp.LpAffineExpression:
+    """Replica-units of load a placement variable puts on its option (Mélange §5.4.2)."""
+    si, b, o = key
+    service = instance.services[si]
+    load = service.slice_load(o, b)
+    assert load is not None, "placement only holds servable (bucket, option) pairs"
+    return (load * service.slice_factor if fractional else load) * var
+
+
+def add_capacity(problem: pulp.LpProblem, instance: JointInstance, model: JointModel) -> None:
+    """Mélange (3) per option: placed load ≤ replicas (each replica has capacity 1)."""
+    fractional = model.alpha is not None
+    terms: dict[Key, list[pulp.LpAffineExpression]] = {k: [] for k in model.counts}
+    for key, var in model.placement.items():
+        terms[key[0], key[2]].append(placement_load(instance, key, var, fractional))
+    for (si, o), count in model.counts.items():
+        if terms[si, o]:
+            problem += pulp.lpSum(terms[si, o]) - count <= LOAD_TOL, f"capacity_s{si}_o{o}"
+
+
+def pinned_gpus(instance: JointInstance, pool: str) -> int:
+    return sum(
+        (o.fixed or 0) * o.gpus_per_replica
+        for s in instance.services
+        for o in s.options
+        if o.pool == pool
+    )
+
+
+def add_pool_limits(problem: pulp.LpProblem, instance: JointInstance, model: JointModel) -> None:
+    """Coral §4.3 availability / Jiang (6): GPUs placed in each pool ≤ what it has free.
+
+    Pinned (autoscaler-owned) replicas count, and when they alone exceed the pool the limit
+    becomes what they hold, so the model stays feasible and nothing else goes there.
+    """
+    for p, pool in enumerate(instance.pools):
+        if pool.gpus is None:
+            continue
+        used = [
+            instance.services[si].options[o].gpus_per_replica * var
+            for (si, o), var in model.counts.items()
+            if instance.services[si].options[o].pool == pool.name
+        ]
+        if used:
+            limit = max(pool.gpus, pinned_gpus(instance, pool.name))
+            problem += pulp.lpSum(used) <= limit, f"pool_{p}"
+
+
+def _cost(instance: JointInstance, model: JointModel, si: int | None) -> pulp.LpAffineExpression:
+    return pulp.lpSum(
+        instance.services[s].options[o].cost_per_hour * var
+        for (s, o), var in model.counts.items()
+        if si is None or s == si
+    )
+
+
+def _pinned_cost(instance: JointInstance, si: int | None) -> float:
+    return sum(
+        (o.fixed or 0) * o.cost_per_hour
+        for s, service in enumerate(instance.services)
+        if si is None or s == si
+        for o in service.options
+    )
+
+
+def add_budgets(problem: pulp.LpProblem, instance: JointInstance, model: JointModel) -> None:
+    """Jiang (5): $/h within each service's budget and within the cluster's."""
+    for si, service in enumerate(instance.services):
+        if service.budget_per_hour is not None:
+            limit = max(service.budget_per_hour, _pinned_cost(instance, si))
+            problem += _cost(instance, model, si) <= limit, f"budget_s{si}"
+    if instance.budget_per_hour is not None:
+        limit = max(instance.budget_per_hour, _pinned_cost(instance, None))
+        problem += _cost(instance, model, None) <= limit, "budget_cluster"
+
+
+def add_max_replicas(problem: pulp.LpProblem, instance: JointInstance, model: JointModel) -> None:
+    """``spec.maxReplicas``: replicas across all of a service's options."""
+    for si, service in enumerate(instance.services):
+        if service.max_replicas is None:
+            continue
+        pinned = sum(o.fixed or 0 for o in service.options)
+        row = [var for (s, _), var in model.counts.items() if s == si]
+        problem += pulp.lpSum(row) <= max(service.max_replicas, pinned), f"max_replicas_s{si}"
+
+
+def add_churn(problem: pulp.LpProblem, instance: JointInstance, model: JointModel) -> None:
+    """Coral §4.3: ``a[s,o] ≥ y[s,o] − running[s,o]``, ``a ≥ 0``: replicas newly added.
+
+    Scaling down costs nothing here (Coral drains gracefully, §5.1), so ``a`` is only bound
+    from below when ``y`` exceeds what runs.
+    """
+    for (si, o), count in model.counts.items():
+        option = instance.services[si].options[o]
+        if option.fixed is not None:
+            continue
+        added = problem.add_variable(f"a_s{si}_o{o}", lowBound=0)
+        problem += added - count >= -option.running, f"churn_s{si}_o{o}"
+        model.added[si, o] = added
+
+
+TIE_BREAK = 1e-4
+"""Churn weight used when a service sets none: among equally cheap plans the running one wins
+(what the single-service planner's sticky rule did), at a negligible 0.01% of a replica."""
+
+
+def cost_expr(instance: JointInstance, model: JointModel) -> pulp.LpAffineExpression:
+    """$/h of every replica (Mélange (1), Coral's provisioning cost)."""
+    return _cost(instance, model, None)
+
+
+def churn_expr(instance: JointInstance, model: JointModel) -> pulp.LpAffineExpression:
+    """Coral §4.3's initialisation penalty: ``Σ λ_s · c_o · a[s,o]``."""
+    terms = []
+    for (si, o), added in model.added.items():
+        service = instance.services[si]
+        weight = max(service.churn_penalty, TIE_BREAK)
+        terms.append(weight * service.options[o].cost_per_hour * added)
+    return pulp.lpSum(terms)
+
+
+def unserved_expr(
+    instance: JointInstance, model: JointModel, services: list[int]
+) -> pulp.LpAffineExpression:
+    """Weighted unserved req/s of ``services``: ``Σ_s w_s Σ_b rate_b / S · u[s,b]``."""
+    terms = []
+    for (si, b), u in model.unserved.items():
+        if si in services:
+            service = instance.services[si]
+            rate = service.rates[b[0]][b[1]]
+            terms.append(service.weight * rate / service.slice_factor * u)
+    return pulp.lpSum(terms)
+
+
+def build(
+    instance: JointInstance, *, fractional: bool, partial: bool, prune: bool = True
+) -> JointModel:
+    sense = pulp.LpMaximize if fractional else pulp.LpMinimize
+    problem = pulp.LpProblem("gpumix_joint", sense)
+    pruned = dominated(instance) if prune else set()
+    counts = add_counts(problem, instance, pruned)
+    model = JointModel(problem=problem, counts=counts, placement={})
+    if fractional:
+        model.alpha = problem.add_variable("alpha", lowBound=0, upBound=ALPHA_CAP)
+        model.placement = add_fractional_placement(problem, instance, model.alpha, pruned)
+    else:
+        model.placement, model.unserved = add_slice_placement(problem, instance, partial, pruned)
+    add_capacity(problem, instance, model)
+    add_pool_limits(problem, instance, model)
+    add_budgets(problem, instance, model)
+    add_max_replicas(problem, instance, model)
+    if not fractional:
+        add_churn(problem, instance, model)
+    return model
+
+
+ALPHA_CAP = 1e6
+"""Upper bound on the throughput factor: without budget or pool limits ``α`` is unbounded."""

@@ -1,0 +1,314 @@
+"""Solve the joint problem: lexicographic stages, read back, validate, explain what is unserved.
+
+``min-cost`` (default): first the cheapest plan serving every demand in full (Coral §4.3: cost
+plus initialisation penalty). Only when that is infeasible, graceful degradation in priority
+order, each stage fixing the optimum of the one before: (1) least weighted unserved req/s of
+interactive services, (2) of batch services, (3) least cost plus churn penalty.
+
+``max-throughput``: Jiang §4.3 (and App. E for several models): the largest common factor
+``α`` of every demand the pools and budgets can serve (makespan ``T = 1/α``), then the cheapest
+plan reaching it. Solved directly rather than by App. F's binary search on ``T``: the
+substitution ``x = α·x_Jiang`` makes the model linear in ``α``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pulp
+
+from gpumix.plan.errors import InvalidAllocationError, SolverError
+from gpumix.plan.joint import model as jm
+from gpumix.plan.joint.instance import JointInstance, Objective, Priority
+from gpumix.plan.joint.result import JointAllocation, ServiceAllocation
+from gpumix.plan.joint.validate import validate_joint
+from gpumix.plan.result import SolveResult, SolverName
+from gpumix.plan.solvers import run
+
+STAGE_TOL = 1e-7
+"""Relative slack when fixing a stage's optimum for the next stage (solver tolerances)."""
+
+
+class JointUnservableError(ValueError):
+    """A bucket no option can serve, where partial service is not allowed."""
+
+    def __init__(self, service: str, label: str, slo: str) -> None:
+        within = f" within {slo}" if slo else ""
+        super().__init__(
+            f"service {service}: bucket {label} cannot be served by any option{within}"
+        )
+
+
+def solve_joint(
+    instance: JointInstance,
+    objective: Objective = Objective.MIN_COST,
+    *,
+    solver: SolverName = "highs",
+    time_limit_s: float = 30.0,
+    gap_rel: float = 0.0,
+) -> JointAllocation | None:
+    """The joint plan; ``None`` only when partial service is off and the demand does not fit.
+
+    Raises :class:`SolverError` when a stage stops without a solution and
+    :class:`InvalidAllocationError` when the answer fails :func:`validate_joint` (a bug).
+    """
+    for service in instance.services:
+        bad = service.unservable()
+        if bad and (objective is Objective.MAX_THROUGHPUT or not instance.allow_partial):
+            label = service.bucket_label(bad[0])
+            raise JointUnservableError(service.name, label, service.slo_label)
+    allocation: JointAllocation | None
+    if objective is Objective.MAX_THROUGHPUT:
+        allocation = _max_throughput(instance, solver, time_limit_s, gap_rel)
+    else:
+        allocation = _min_cost(instance, solver, time_limit_s, gap_rel)
+    if allocation is None:
+        return None
+    problems = validate_joint(instance, allocation)
+    if problems:
+        raise InvalidAllocationError(problems)
+    return allocation
+
+
+def _solve(
+    model: jm.JointModel, solver: SolverName, limit: float, gap: float, stages: list[SolveResult]
+) -> SolveResult:
+    result = run(model.problem, solver, limit, gap)
+    stages.append(result)
+    if result.status not in ("optimal", "feasible", "infeasible"):
+        raise SolverError(result)
+    return result
+
+
+def _fix(model: jm.JointModel, expr: pulp.LpAffineExpression, value: float, name: str) -> None:
+    model.problem += expr <= value * (1 + STAGE_TOL) + STAGE_TOL, name
+
+
+def _separately(
+    instance: JointInstance, solver: SolverName, limit: float, gap: float
+) -> JointAllocation | None:
+    """Each service on its own; their union when it fits the pools and the cluster budget.
+
+    Only pools and the cluster budget couple services, so relaxing them gives a lower bound
+    on the joint optimum; a union that satisfies them reaches it (optimal to ``gap``). This is
+    the common case (nothing contended) and costs one small solve per service.
+    """
+    if len(instance.services) < 2:
+        return None
+    parts: list[JointAllocation] = []
+    for service in instance.services:
+        alone = instance.model_copy(update={"services": [service], "budget_per_hour": None})
+        model = jm.build(alone, fractional=False, partial=False)
+        model.problem.setObjective(jm.cost_expr(alone, model) + jm.churn_expr(alone, model))
+        stages: list[SolveResult] = []
+        if _solve(model, solver, limit, gap, stages).status == "infeasible":
+            return None
+        parts.append(_read(alone, model, stages, Objective.MIN_COST))
+    pool_gpus = {p.name: sum(part.pool_gpus[p.name] for part in parts) for p in instance.pools}
+    cost = sum(part.cost_per_hour for part in parts)
+    if any(p.gpus is not None and pool_gpus[p.name] > p.gpus for p in instance.pools):
+        return None
+    if instance.budget_per_hour is not None and cost > instance.budget_per_hour:
+        return None
+    stages = [stage for part in parts for stage in part.stages]
+    gaps = [r.gap for r in stages if r.gap is not None]
+    status = "optimal" if all(r.status == "optimal" for r in stages) else "feasible"
+    last = stages[-1].model_copy(update={
+        "seconds": sum(r.seconds for r in stages), "status": status,
+        "objective": sum(r.objective or 0.0 for r in stages), "gap": max(gaps, default=None),
+        "message": f"{len(parts)} services solved separately; no pool or budget binds",
+    })  # fmt: skip
+    return JointAllocation(
+        objective=Objective.MIN_COST,
+        services={n: a for part in parts for n, a in part.services.items()},
+        pool_gpus=pool_gpus,
+        cost_per_hour=cost,
+        churn_cost=sum(part.churn_cost for part in parts),
+        result=last,
+        stages=stages,
+    )
+
+
+def _min_cost(
+    instance: JointInstance, solver: SolverName, limit: float, gap: float
+) -> JointAllocation | None:
+    stages: list[SolveResult] = []
+    any_unservable = any(s.unservable() for s in instance.services)
+    if not any_unservable:
+        separate = _separately(instance, solver, limit, gap)
+        if separate is not None:
+            return separate
+    if not any_unservable:
+        model = jm.build(instance, fractional=False, partial=False)
+        cost = jm.cost_expr(instance, model) + jm.churn_expr(instance, model)
+        model.problem.setObjective(cost)
+        result = _solve(model, solver, limit, gap, stages)
+        if result.status != "infeasible":
+            return _read(instance, model, stages, Objective.MIN_COST)
+        if not instance.allow_partial:
+            return None
+    model = jm.build(instance, fractional=False, partial=True)
+    for priority in (Priority.INTERACTIVE, Priority.BATCH):
+        members = [i for i, s in enumerate(instance.services) if s.priority is priority]
+        if not members:
+            continue
+        expr = jm.unserved_expr(instance, model, members)
+        model.problem.setObjective(expr)
+        result = _solve(model, solver, limit, gap, stages)
+        if result.status == "infeasible":  # y = 0, u = S is always feasible
+            raise SolverError(result.model_copy(update={"message": "degradation stage infeasible"}))
+        _fix(model, expr, max(0.0, result.objective or 0.0), f"keep_unserved_{priority.value}")
+    cost = jm.cost_expr(instance, model) + jm.churn_expr(instance, model)
+    model.problem.setObjective(cost)
+    result = _solve(model, solver, limit, gap, stages)
+    if result.status == "infeasible":
+        raise SolverError(result.model_copy(update={"message": "cost stage infeasible"}))
+    return _read(instance, model, stages, Objective.MIN_COST)
+
+
+def _max_throughput(
+    instance: JointInstance, solver: SolverName, limit: float, gap: float
+) -> JointAllocation:
+    stages: list[SolveResult] = []
+    model = jm.build(instance, fractional=True, partial=False)
+    assert model.alpha is not None
+    model.problem.setObjective(pulp.lpSum([model.alpha]))
+    result = _solve(model, solver, limit, gap, stages)
+    if result.status == "infeasible":
+        raise SolverError(result.model_copy(update={"message": "max-throughput infeasible"}))
+    best = float(model.alpha.value() or 0.0)
+    model.problem += model.alpha >= best * (1 - STAGE_TOL), "keep_alpha"
+    model.problem.sense = pulp.LpMinimize
+    model.problem.setObjective(jm.cost_expr(instance, model))
+    result = _solve(model, solver, limit, gap, stages)
+    if result.status == "infeasible":
+        raise SolverError(result.model_copy(update={"message": "cost stage infeasible"}))
+    return _read(instance, model, stages, Objective.MAX_THROUGHPUT)
+
+
+def _read(
+    instance: JointInstance,
+    model: jm.JointModel,
+    stages: list[SolveResult],
+    objective: Objective,
+) -> JointAllocation:
+    alpha = float(model.alpha.value() or 0.0) if model.alpha is not None else None
+    services: dict[str, ServiceAllocation] = {}
+    pool_gpus = {p.name: 0 for p in instance.pools}
+    churn = 0.0
+    for si, service in enumerate(instance.services):
+        rows, cols = service.shape
+        names = [o.name for o in service.options]
+        counts = {
+            n: round(model.counts[si, o].value() or 0.0) if (si, o) in model.counts else 0
+            for o, n in enumerate(names)
+        }
+        share = {n: [[0.0] * cols for _ in range(rows)] for n in names}
+        load = dict.fromkeys(names, 0.0)
+        unserved = [[0.0] * cols for _ in range(rows)]
+        for (s, b, o), var in model.placement.items():
+            if s != si:
+                continue
+            raw = var.value() or 0.0
+            if alpha is None:
+                fraction = raw / service.slice_factor
+            else:
+                fraction = raw / alpha if alpha > 0 else 0.0
+            if fraction <= 1e-9:
+                continue
+            share[names[o]][b[0]][b[1]] = fraction
+            slice_load = service.slice_load(o, b)
+            assert slice_load is not None
+            served = 1.0 if alpha is None else alpha  # max-throughput: α times the demand
+            load[names[o]] += served * fraction * service.slice_factor * slice_load
+        unserved_rate = 0.0
+        for (s, b), u in model.unserved.items():
+            if s == si:
+                fraction = max(0.0, u.value() or 0.0) / service.slice_factor
+                if fraction <= 1e-9:
+                    continue
+                unserved[b[0]][b[1]] = fraction
+                unserved_rate += fraction * service.rates[b[0]][b[1]]
+        if alpha is not None and alpha <= 0:
+            unserved = [[1.0 if r > 0 else 0.0 for r in row] for row in service.rates]
+            unserved_rate = service.total_rate
+        added = sum(max(0, counts[o.name] - o.running) for o in service.options)
+        removed = sum(max(0, o.running - counts[o.name]) for o in service.options)
+        churn += sum(
+            max(service.churn_penalty, 0.0) * o.cost_per_hour * max(0, counts[o.name] - o.running)
+            for o in service.options
+            if o.fixed is None
+        )
+        for option in service.options:
+            pool_gpus[option.pool] += counts[option.name] * option.gpus_per_replica
+        services[service.name] = ServiceAllocation(
+            counts=counts,
+            share=share,
+            unserved=unserved,
+            load=load,
+            cost_per_hour=sum(counts[o.name] * o.cost_per_hour for o in service.options),
+            total_rate=service.total_rate,
+            unserved_rate=unserved_rate,
+            added=added,
+            removed=removed,
+        )
+    total = sum(s.cost_per_hour for s in services.values())
+    seconds = sum(r.seconds for r in stages)
+    last = stages[-1].model_copy(update={"seconds": seconds})
+    services = _explain(instance, services, pool_gpus, total)
+    return JointAllocation(
+        objective=objective,
+        services=services,
+        pool_gpus=pool_gpus,
+        cost_per_hour=total,
+        churn_cost=churn,
+        throughput_scale=alpha,
+        result=last,
+        stages=stages,
+    )
+
+
+def _explain(
+    instance: JointInstance,
+    services: dict[str, ServiceAllocation],
+    pool_gpus: dict[str, int],
+    total: float,
+) -> dict[str, ServiceAllocation]:
+    """Name the limits that bind for every service with unserved traffic (never silent)."""
+    out = {}
+    for service in instance.services:
+        alloc = services[service.name]
+        if alloc.unserved_rate <= 0:
+            out[service.name] = alloc
+            continue
+        reasons: list[str] = []
+        bad = service.unservable()
+        if bad:
+            reasons.append(
+                f"no replica option meets {service.slo_label or 'the SLO'} for "
+                + ", ".join(service.bucket_label(b) for b in bad)
+            )
+        cheapest = min((o.cost_per_hour for o in service.options), default=math.inf)
+        for pool in sorted({o.pool for o in service.options}):
+            limit = instance.pool(pool).gpus
+            smallest = min(o.gpus_per_replica for o in service.options if o.pool == pool)
+            if limit is not None and pool_gpus[pool] + smallest > limit:
+                reasons.append(f"pool {pool} is full ({pool_gpus[pool]}/{limit} GPUs planned)")
+        if (
+            service.budget_per_hour is not None
+            and alloc.cost_per_hour + cheapest > service.budget_per_hour + 1e-9
+        ):
+            reasons.append(
+                f"service budget reached ({alloc.cost_per_hour:.2f} of "
+                f"{service.budget_per_hour:.2f} $/h)"
+            )
+        if instance.budget_per_hour is not None and total + cheapest > instance.budget_per_hour:
+            reasons.append(
+                f"cluster budget reached ({total:.2f} of {instance.budget_per_hour:.2f} $/h)"
+            )
+        if service.max_replicas is not None and sum(alloc.counts.values()) >= service.max_replicas:
+            reasons.append(f"maxReplicas {service.max_replicas} reached")
+        if not service.options:
+            reasons.append("no replica option")
+        out[service.name] = alloc.model_copy(update={"reasons": reasons or ["capacity exhausted"]})
+    return out
