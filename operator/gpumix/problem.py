@@ -2,8 +2,11 @@
 
 A service may use a pool when the pool has a price and there is a GPUProfile for the service's
 model on the pool's GPU type; every other pool is left out with a reason the user can act on.
-When several profiles (tensor-parallel degrees) exist for one pool, the one with the fewest GPUs
-per replica is used; choosing among replica configurations is the joint planner's job.
+Every profiled replica size ``k`` (GPUProfile ``gpusPerReplica``) becomes one option — Jiang et
+al. §4.3's deployment configurations, Coral §4.2's templates restricted to one node — unless
+``k`` exceeds the GPUs of one node (tensor parallelism stays within a node, Jiang App. D) or
+``k`` GPUs cannot hold the weights plus one full-context request's KV cache (App. D's memory
+check, from the roofline model). Options are named by :func:`option_key`.
 """
 
 from pydantic import BaseModel, ConfigDict
@@ -12,8 +15,29 @@ from gpumix.api import GPUPool, GPUProfile, LLMService
 from gpumix.plan import AllocationInstance, GPUOption
 from gpumix.profiles import CATALOG, ProfileRangeError, max_tput_for_grid
 from gpumix.profiles.catalog import GPUType
-from gpumix.profiles.models import ModelShape
+from gpumix.profiles.models import MODELS, ModelShape
 from gpumix.profiles.roofline import Roofline
+
+
+def option_key(pool: str, gpus_per_replica: int) -> str:
+    """``<pool>`` for one-GPU replicas, ``<pool>-tp<k>`` otherwise (as the Deployment name)."""
+    return pool if gpus_per_replica == 1 else f"{pool}-tp{gpus_per_replica}"
+
+
+def _fits(service: LLMService, gpu_type: str, k: int) -> str | None:
+    """Why ``k`` GPUs of ``gpu_type`` cannot hold the model, or ``None`` when they can/unknown."""
+    gpu = CATALOG.get(gpu_type.lower())
+    if gpu is None:
+        return None
+    shape = MODELS.get(service.spec.model.name)
+    if shape is not None:
+        if replica_fits(gpu, shape, k):
+            return None
+        return f"{k}×{gpu.name} cannot hold the weights plus one {shape.max_context}-token KV cache"
+    weights = service.spec.model.weights_gib
+    if weights is not None and weights > gpu.memory_gib * k * 0.9:
+        return f"{k}×{gpu.name} ({gpu.memory_gib * k:g} GiB) cannot hold {weights:g} GiB of weights"
+    return None
 
 
 class PoolChoice(BaseModel):
@@ -60,9 +84,11 @@ def build_problem(
     pools: list[GPUPool],
     profiles: list[GPUProfile],
     available_gpus: dict[str, int] | None = None,
+    gpus_per_node: dict[str, int] | None = None,
 ) -> ServiceProblem:
-    """The service's allocation problem. `available_gpus` (pool → GPUs this service may take)
-    caps each option; without it only the pools' own `maxGPUs` do."""
+    """The service's allocation problem, one option per (pool, replica size). `available_gpus`
+    (pool → GPUs this service may take) caps each option; without it only `maxGPUs` do.
+    `gpus_per_node` (pool → GPUs of its largest node; `spec.gpusPerNode` wins) bounds ``k``."""
     spec = service.spec
     wanted = set(spec.pools) if spec.pools else {p.name for p in pools}
     excluded = {
@@ -94,33 +120,49 @@ def build_problem(
                 f"GPU type {pool.spec.gpu_type!r} has no catalog price; set spec.pricePerGPUHour"
             )
             continue
-        profile = matching[0]
-        k = profile.spec.gpus_per_replica
-        try:
-            table = max_tput_for_grid(
-                profile.spec, spec.workload, spec.slo.tpot_ms, spec.slo.ttft_ms
-            )
-        except ProfileRangeError as err:
-            excluded[pool.name] = str(err)
-            continue
+        node_gpus = pool.spec.gpus_per_node or (gpus_per_node or {}).get(pool.name)
         cap = pool.spec.max_gpus
         if available_gpus is not None and pool.name in available_gpus:
             cap = available_gpus[pool.name]
-        options.append(
-            GPUOption(
-                name=pool.name,
-                cost_per_hour=price * k,
-                max_tput=table,
-                max_count=None if cap is None else cap // k,
+        why: list[str] = []
+        seen: set[int] = set()
+        for profile in matching:
+            k = profile.spec.gpus_per_replica
+            if k in seen:
+                continue  # the first profile (by name) of each size is used
+            seen.add(k)
+            if node_gpus and k > node_gpus:
+                why.append(f"{k} GPUs per replica exceed the {node_gpus} of one node")
+                continue
+            no_fit = _fits(service, pool.spec.gpu_type, k)
+            if no_fit is not None:
+                why.append(no_fit)
+                continue
+            try:
+                table = max_tput_for_grid(
+                    profile.spec, spec.workload, spec.slo.tpot_ms, spec.slo.ttft_ms
+                )
+            except ProfileRangeError as err:
+                why.append(str(err))
+                continue
+            key = option_key(pool.name, k)
+            options.append(
+                GPUOption(
+                    name=key,
+                    cost_per_hour=price * k,
+                    max_tput=table,
+                    max_count=None if cap is None else cap // k,
+                )
             )
-        )
-        choices[pool.name] = PoolChoice(
-            pool=pool.name,
-            gpu_type=pool.spec.gpu_type,
-            gpus_per_replica=k,
-            price_per_gpu_hour=price,
-            profile=profile.name,
-        )
+            choices[key] = PoolChoice(
+                pool=pool.name,
+                gpu_type=pool.spec.gpu_type,
+                gpus_per_replica=k,
+                price_per_gpu_hour=price,
+                profile=profile.name,
+            )
+        if why and not any(c.pool == pool.name for c in choices.values()):
+            excluded[pool.name] = "; ".join(why)
     instance = None
     if options:
         slo = f"TPOT {spec.slo.tpot_ms:g} ms"

@@ -69,4 +69,4 @@ def test_multi_gpu_replica_costs_k_gpus(chat: LLMService, llama_profiles: list[G
     option = problem.instance.gpus[0]
     assert option.cost_per_hour == pytest.approx(2 * 3.67)
     assert option.max_count == 2  # 5 GPUs hold two 2-GPU replicas
-    assert problem.choices["a100"].gpus_per_replica == 2
+    assert problem.choices["a100-tp2"].gpus_per_replica == 2  # option key: <pool>-tp<k>

@@ -14,11 +14,14 @@ from gpumix.api.gpupool import GPUPool, GPUPoolSpec, GPUPoolStatus, Toleration
 from gpumix.api.gpuprofile import BucketSamples, GPUProfile, GPUProfileSpec, RatePoint, SloTable
 from gpumix.api.llmservice import (
     Baseline,
+    Budget,
+    Churn,
     LLMService,
     LLMServiceSpec,
     LLMServiceStatus,
     ModelSpec,
     PoolAllocation,
+    PoolShare,
     Slo,
     WorkloadUsed,
 )
@@ -35,6 +38,8 @@ __all__ = [
     "Baseline",
     "BucketGrid",
     "BucketSamples",
+    "Budget",
+    "Churn",
     "Condition",
     "ConditionStatus",
     "GPUPool",
@@ -47,6 +52,7 @@ __all__ = [
     "LLMServiceStatus",
     "ModelSpec",
     "PoolAllocation",
+    "PoolShare",
     "RatePoint",
     "Resource",
     "Slo",

@@ -57,6 +57,14 @@ class GPUPoolStatus(ApiModel):
     allocatable_gpus: int | None = Field(default=None, alias="allocatableGPUs")
     allocated_gpus: int | None = Field(default=None, alias="allocatedGPUs")
     price_per_gpu_hour: float | None = Field(default=None, alias="pricePerGPUHour")
+    available_gpus: int | None = Field(
+        default=None,
+        alias="availableGPUs",
+        description="GPUs gpumix may plan here: maxGPUs or allocatable, minus foreign pods'.",
+    )
+    planned_gpus: int | None = Field(
+        default=None, alias="plannedGPUs", description="GPUs the joint plan places here."
+    )
 
 
 class GPUPool(Resource):

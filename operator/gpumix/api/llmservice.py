@@ -36,6 +36,31 @@ class Slo(ApiModel):
     )
 
 
+class Budget(ApiModel):
+    max_cost_per_hour: float = Field(
+        ge=0, description="Most $/h this service's replicas may cost (Jiang et al. §4.3's B)."
+    )
+
+
+class Churn(ApiModel):
+    """Coral §4.3: replans weigh what moving replicas costs."""
+
+    penalty: float = Field(
+        default=0.5,
+        ge=0,
+        le=100,
+        description="A newly added replica costs this many hours of its price once in the "
+        "planner's objective (startup and model-load time over the planning horizon).",
+    )
+    tolerance: float = Field(
+        default=0.1,
+        ge=0,
+        lt=1,
+        description="A fall in request rate within this fraction of the rate last planned for "
+        "keeps the plan (no replicas removed for demand wiggles).",
+    )
+
+
 class LLMServiceSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -60,6 +85,16 @@ class LLMServiceSpec(ApiModel):
     max_replicas: int | None = Field(
         default=None, ge=0, description="Most replicas across all pools (unbounded if unset)."
     )
+    priority: Literal["Interactive", "Batch"] = Field(
+        default="Interactive",
+        description="When the pools cannot serve everything, interactive services are served "
+        "before batch ones.",
+    )
+    weight: float = Field(
+        default=1.0, gt=0, le=1000, description="Within a priority, who is served first."
+    )
+    budget: Budget | None = Field(default=None, description="A cap on this service's $/h.")
+    churn: Churn = Field(default_factory=Churn)
 
     @model_validator(mode="after")
     def _check_replicas(self) -> Self:
@@ -90,6 +125,19 @@ class WorkloadUsed(ApiModel):
     source: str
     request_rate: float
     over_provision: float
+    planned_request_rate: float | None = Field(
+        default=None,
+        description="The rate the plan in force was made for (≥ request_rate within the "
+        "churn tolerance).",
+    )
+
+
+class PoolShare(ApiModel):
+    pool: str
+    gpus: int = Field(ge=0)
+    percent: float | None = Field(
+        default=None, description="Share of the pool's GPUs the planner may place (percent)."
+    )
 
 
 class LLMServiceStatus(ApiModel):
@@ -109,6 +157,13 @@ class LLMServiceStatus(ApiModel):
     replicas_summary: str | None = Field(
         default=None, description="Replicas per pool, e.g. 'a100-80gb=1,l4=2'."
     )
+    unserved_fraction: float | None = Field(
+        default=None, description="Fraction of the request rate the plan cannot serve."
+    )
+    unserved_reason: str | None = Field(default=None, description="Why traffic is unserved.")
+    pool_shares: list[PoolShare] = Field(
+        default_factory=list, description="GPUs this service holds in each pool."
+    )
 
 
 class LLMService(Resource):
@@ -124,6 +179,7 @@ class LLMService(Resource):
         {"name": "$/h", "type": "number", "jsonPath": ".status.costPerHour"},
         {"name": "Savings%", "type": "number", "jsonPath": ".status.savingsPercent"},
         {"name": "Replicas", "type": "string", "jsonPath": ".status.replicasSummary"},
+        {"name": "Unserved", "type": "number", "jsonPath": ".status.unservedFraction"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     )
 

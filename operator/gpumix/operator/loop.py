@@ -18,7 +18,7 @@ from gpumix.operator.kube import KubeWriter
 from gpumix.operator.view import ClusterView
 from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
 from gpumix.reconcile.objects import desired_objects
-from gpumix.render import Owner, deployment_name
+from gpumix.render import Owner
 
 log = logging.getLogger("gpumix.planner")
 
@@ -42,10 +42,16 @@ def _same_status(
 
 class Planner:
     def __init__(
-        self, view: ClusterView, writer: KubeWriter, interval_s: float, time_limit_s: float
+        self,
+        view: ClusterView,
+        writer: KubeWriter,
+        interval_s: float,
+        time_limit_s: float,
+        budget_per_hour: float | None = None,
     ) -> None:
         self.view, self.writer = view, writer
         self.interval_s, self.time_limit_s = interval_s, time_limit_s
+        self.budget_per_hour = budget_per_hour
         self.ready = asyncio.Event()
         """Set after the first pass, so that probes can tell a working operator."""
 
@@ -67,7 +73,7 @@ class Planner:
 
     async def pass_once(self) -> None:
         start = time.perf_counter()
-        snapshot = self.view.snapshot(now_rfc3339(), self.time_limit_s)
+        snapshot = self.view.snapshot(now_rfc3339(), self.time_limit_s, self.budget_per_hour)
         decision = await asyncio.to_thread(plan_cluster, snapshot)
         await asyncio.to_thread(self._write, decision, snapshot.now)
         metrics.PASSES.observe(time.perf_counter() - start)
@@ -102,10 +108,8 @@ class Planner:
                 owner = Owner(name=name, namespace=ns, uid=body["metadata"]["uid"])
                 for obj in desired_objects(service, owner, sd, pools):
                     self._guard("apply", self.writer.apply, obj)
-                for pool in sd.delete:
-                    self._guard(
-                        "delete", self.writer.delete_deployment, ns, deployment_name(name, pool)
-                    )
+                for deployment in sd.delete:
+                    self._guard("delete", self.writer.delete_deployment, ns, deployment)
             if sd.target is not None:
                 for pool, n in sd.target.items():
                     gpus = n * sd.choices[pool].gpus_per_replica if pool in sd.choices else n

@@ -64,6 +64,7 @@ async def _main(args: argparse.Namespace) -> None:
         KubeWriter(api),
         interval_s=args.interval,
         time_limit_s=args.solver_time_limit,
+        budget_per_hour=args.budget,
     )
 
     @kopf.on.probe(id="planner", registry=registry)
@@ -96,6 +97,12 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     run.add_argument("--context", help="kubeconfig context (default: current)")
     run.add_argument("--interval", type=float, default=30.0, help="seconds between passes")
     run.add_argument("--solver-time-limit", type=float, default=30.0, help="seconds per ILP")
+    run.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="cluster-wide cap on $/h over every LLMService (the joint plan stays within it)",
+    )
     run.add_argument("--metrics-port", type=int, default=8080)
     run.add_argument("--health-port", type=int, default=8081, help="GET /healthz")
     run.add_argument("--bind", default="0.0.0.0", help="address of the metrics/health servers")

@@ -29,7 +29,9 @@ class ClusterView:
             self.objects[kind][key] = copy.deepcopy(body)
         self.changed.set()
 
-    def snapshot(self, now: str, time_limit_s: float) -> Snapshot:
+    def snapshot(
+        self, now: str, time_limit_s: float, budget_per_hour: float | None = None
+    ) -> Snapshot:
         o = self.objects
         return Snapshot(
             services=list(o["services"].values()),
@@ -41,4 +43,5 @@ class ClusterView:
             autoscalers=autoscaler_targets(o["hpas"].values()),
             now=now,
             time_limit_s=time_limit_s,
+            budget_per_hour=budget_per_hour,
         )

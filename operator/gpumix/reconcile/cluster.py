@@ -1,11 +1,16 @@
 """One pass of the cluster-wide planner: every GPUPool's status and every LLMService's decision.
 
-Services are planned one at a time in a stable order (oldest first) against what the pools have
-left after the services before them, so the sum of all plans never exceeds a pool: a service that
-does not fit reports InsufficientCapacity instead of overcommitting. Joint optimisation across
-services (Coral §2.2) will replace the loop body without changing its inputs or outputs.
+All plannable services are solved together in ONE joint ILP (:mod:`gpumix.plan.joint`, Coral
+§2.2/§4.3, Jiang §4.3/App. E) over what each pool offers (GPUPool ``availableGPUs``: plannable
+minus foreign pods' GPUs, minus what services that cannot be replanned keep holding), within
+per-service and cluster budgets; when not everything fits, interactive services are served
+first, then batch, then by weight, and each service reports its unserved fraction and why.
+Services whose spec is invalid, that no pool can serve, or that have a bucket no option meets the
+SLO for keep what runs (and its GPUs); a solver failure keeps every service's last plan.
 """
 
+import functools
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -19,16 +24,39 @@ from gpumix.api import (
     LLMServiceStatus,
 )
 from gpumix.manifests import describe
+from gpumix.plan import SolverError
+from gpumix.plan.errors import InvalidAllocationError
+from gpumix.plan.joint import (
+    JointAllocation,
+    JointInstance,
+    PoolLimit,
+    Priority,
+    ReplicaOption,
+    ServiceDemand,
+    solve_joint,
+)
+from gpumix.plan.joint.churn import planned_rate
+from gpumix.problem import ServiceProblem, build_problem
 from gpumix.reconcile.capacity import (
     NodeInfo,
     PodInfo,
     foreign_gpus,
     plannable_gpus,
+    pool_nodes,
     pool_status,
 )
 from gpumix.reconcile.conditions import set_condition
-from gpumix.reconcile.service import EventSpec, Running, ServiceDecision, decide_service
+from gpumix.reconcile.service import (
+    EventSpec,
+    Running,
+    ServiceDecision,
+    _keep,
+    decide_planned,
+)
 from gpumix.render import deployment_name
+
+GAP_REL = 0.01
+"""Relative MIP gap of the operator's joint solve (the plan's gap is in the solve result)."""
 
 ObjectKey = tuple[str, str]
 """(namespace, name); namespace is "" for cluster-scoped objects."""
@@ -50,6 +78,8 @@ class Snapshot(BaseModel):
     """(namespace, Deployment name) → the autoscaler that targets it, e.g. 'HPA chat-a10g'."""
     now: str
     time_limit_s: float = 30.0
+    budget_per_hour: float | None = None
+    """Cluster-wide $/h cap over every service (`gpumix run --budget`)."""
 
 
 class InvalidObject(BaseModel):
@@ -124,42 +154,174 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
         except ValidationError as err:
             invalid.append(InvalidObject(kind="GPUProfile", key=_key(body), message=describe(err)))
 
-    free = {
+    available = {
         p.name: max(0, plannable_gpus(p, statuses[p.name]) - foreign_gpus(p, snap.nodes, snap.pods))
         for p in pools
     }
+    per_node = _gpus_per_node(pools, snap.nodes)
     decisions: dict[ObjectKey, ServiceDecision] = {}
     order = sorted(
         snap.services,
         key=lambda b: (b.get("metadata", {}).get("creationTimestamp", ""), _key(b)),
     )
+    plannable: list[_Candidate] = []
     for body in order:
         key = _key(body)
         running = snap.running.get(key, Running())
+        generation = body.get("metadata", {}).get("generation")
         try:
             service = LLMService.model_validate({**body, "status": None})
         except ValidationError as err:
-            decision = _invalid_service(body, err, running, snap.now)
+            decisions[key] = _invalid_service(body, err, running, snap.now)
+            continue
+        prev_status = _status_of(body)
+        problem = build_problem(service, pools, profiles, available, per_node)
+        excluded = "; ".join(f"{p}: {why}" for p, why in problem.excluded.items())
+        reason = _unplannable(problem, excluded)
+        if reason is not None:
+            decisions[key] = _keep(
+                previous=prev_status, running=running, reason=reason[0], message=reason[1],
+                generation=generation, now=snap.now,
+            )  # fmt: skip
+            continue
+        conflicts = {
+            option: snap.autoscalers[(key[0], deployment_name(key[1], c.pool, c.gpus_per_replica))]
+            for option, c in problem.choices.items()
+            if (key[0], deployment_name(key[1], c.pool, c.gpus_per_replica)) in snap.autoscalers
+        }
+        plannable.append(_Candidate(
+            key=key, service=service, problem=problem, running=running, previous=prev_status,
+            conflicts=conflicts, generation=generation,
+        ))  # fmt: skip
+    # GPUs held by services that keep their last plan are not available to the joint solve.
+    for key in decisions:
+        for option, gpus in snap.running.get(key, Running()).gpus().items():
+            held_in = option if option in available else re.sub(r"-tp\d+$", "", option)
+            if held_in in available:
+                available[held_in] = max(0, available[held_in] - gpus)
+    if plannable:
+        instance, rates = _joint_instance(plannable, available, snap.budget_per_hour)
+        try:
+            plan = _solve(instance.model_dump_json(), snap.time_limit_s)
+        except (SolverError, InvalidAllocationError) as err:
+            for c in plannable:
+                decisions[c.key] = _keep(
+                    previous=c.previous, running=c.running, reason="SolverFailed",
+                    message=f"the joint ILP solver stopped without a plan: {err}",
+                    generation=c.generation, now=snap.now,
+                )  # fmt: skip
         else:
-            conflicts = {
-                pool.name: snap.autoscalers[(key[0], deployment_name(key[1], pool.name))]
-                for pool in pools
-                if (key[0], deployment_name(key[1], pool.name)) in snap.autoscalers
-            }
-            decision = decide_service(
-                service,
-                generation=body.get("metadata", {}).get("generation"),
-                pools=pools,
-                profiles=profiles,
-                available_gpus=free,
-                running=running,
-                previous=_status_of(body),
-                conflicts=conflicts,
-                now=snap.now,
-                time_limit_s=snap.time_limit_s,
-            )
-        for pool_name, gpus in decision.held_gpus.items():
-            if pool_name in free:
-                free[pool_name] = max(0, free[pool_name] - gpus)
-        decisions[key] = decision
+            assert plan is not None  # partial service is on: never infeasible
+            for c in plannable:
+                name = _demand_name(c.key)
+                decisions[c.key] = decide_planned(
+                    c.service, generation=c.generation, problem=c.problem,
+                    allocation=plan.services[name], planned_rate=rates[name],
+                    running=c.running, previous=c.previous, conflicts=c.conflicts,
+                    pool_gpus=dict(available), solve_seconds=plan.result.seconds,
+                    now=snap.now, time_limit_s=snap.time_limit_s,
+                )  # fmt: skip
+            for name, gpus in plan.pool_gpus.items():
+                statuses[name] = statuses[name].model_copy(update={"planned_gpus": gpus})
+    for p in pools:
+        free = max(0, plannable_gpus(p, statuses[p.name]) - foreign_gpus(p, snap.nodes, snap.pods))
+        statuses[p.name] = statuses[p.name].model_copy(update={"available_gpus": free})
     return ClusterDecision(pool_status=statuses, services=decisions, invalid=invalid)
+
+
+class _Candidate(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    key: ObjectKey
+    service: LLMService
+    problem: ServiceProblem
+    running: Running
+    previous: LLMServiceStatus | None
+    conflicts: dict[str, str]
+    generation: int | None
+
+
+def _demand_name(key: ObjectKey) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+def _unplannable(problem: ServiceProblem, excluded: str) -> tuple[str, str] | None:
+    """Why a service cannot take part in the joint solve (it then keeps what runs)."""
+    if problem.instance is None:
+        return "NoUsablePool", f"no GPU pool can serve this service ({excluded})"
+    instance = problem.instance
+    for bucket in instance.buckets_with_traffic():
+        if all(instance.slice_load(k, bucket) is None for k in range(len(instance.gpus))):
+            rate = instance.rates[bucket[0]][bucket[1]]
+            within = f" within {instance.slo_label}" if instance.slo_label else ""
+            message = (
+                f"bucket {instance.bucket_label(bucket)} ({rate:g} req/s) cannot be served by "
+                f"any allowed GPU type{within}"
+            )
+            return "Unservable", message + (f" (pools left out: {excluded})" if excluded else "")
+    return None
+
+
+def _joint_instance(
+    candidates: list["_Candidate"], available: dict[str, int], budget: float | None
+) -> tuple[JointInstance, dict[str, float]]:
+    services = []
+    rates: dict[str, float] = {}
+    for c in candidates:
+        spec = c.service.spec
+        instance = c.problem.instance
+        assert instance is not None
+        previous = c.previous.workload if c.previous is not None else None
+        last = previous.planned_request_rate if previous is not None else None
+        actual = spec.workload.request_rate
+        rate = planned_rate(actual, last if c.running.replicas else None, spec.churn.tolerance)
+        name = _demand_name(c.key)
+        rates[name] = rate
+        scale = rate / actual if actual > 0 else 1.0
+        options = [
+            ReplicaOption(
+                name=gpu.name,
+                pool=c.problem.choices[gpu.name].pool,
+                gpus_per_replica=c.problem.choices[gpu.name].gpus_per_replica,
+                cost_per_hour=gpu.cost_per_hour,
+                max_tput=gpu.max_tput,
+                running=c.running.replicas.get(gpu.name, 0),
+                fixed=c.running.replicas.get(gpu.name, 0) if gpu.name in c.conflicts else None,
+            )
+            for gpu in instance.gpus
+        ]
+        services.append(
+            ServiceDemand(
+                name=name,
+                rates=[[r * scale for r in row] for row in instance.rates],
+                options=options,
+                slice_factor=instance.slice_factor,
+                priority=Priority.BATCH if spec.priority == "Batch" else Priority.INTERACTIVE,
+                weight=spec.weight,
+                budget_per_hour=spec.budget.max_cost_per_hour if spec.budget else None,
+                churn_penalty=spec.churn.penalty,
+                max_replicas=spec.max_replicas,
+                input_edges=instance.input_edges,
+                output_edges=instance.output_edges,
+                slo_label=instance.slo_label,
+            )
+        )
+    pools = [PoolLimit(name=p, gpus=g) for p, g in sorted(available.items())]
+    return JointInstance(services=services, pools=pools, budget_per_hour=budget), rates
+
+
+@functools.lru_cache(maxsize=64)
+def _solve(instance_json: str, time_limit_s: float) -> JointAllocation | None:
+    """Plans are pure functions of the instance; the loop reruns on every pod event, so cache."""
+    instance = JointInstance.model_validate_json(instance_json)
+    return solve_joint(instance, time_limit_s=time_limit_s, gap_rel=GAP_REL)
+
+
+def _gpus_per_node(pools: list[GPUPool], nodes: list[NodeInfo]) -> dict[str, int]:
+    """The largest node's GPUs per pool: a tensor-parallel replica must fit in one node."""
+    out = {}
+    for pool in pools:
+        sizes = [n.allocatable_gpus for n in pool_nodes(pool, nodes)]
+        if sizes:
+            out[pool.name] = max(sizes)
+    return out

@@ -3,11 +3,10 @@
 from collections.abc import Iterable
 from typing import Any
 
+from gpumix.problem import option_key
 from gpumix.reconcile.capacity import GPU_RESOURCE, MANAGED_BY, NodeInfo, PodInfo
 from gpumix.reconcile.service import Running
-
-SERVICE_LABEL = "gpumix.io/service"
-POOL_LABEL = "gpumix.io/pool"
+from gpumix.render.names import POOL_LABEL, SERVICE_LABEL, TP_LABEL
 
 
 def _quantity(value: Any) -> int:
@@ -54,8 +53,10 @@ def pod_info(body: dict[str, Any]) -> PodInfo:
 
 
 def running_services(deployments: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Running]:
-    """(namespace, service) → replicas, available replicas and GPUs per replica, per pool."""
-    acc: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+    """(namespace, service) → replicas, available replicas, GPUs per replica and Deployment name,
+    per option (:func:`gpumix.problem.option_key`: the pool, plus ``-tp<k>`` for k-GPU replicas).
+    """
+    acc: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for body in deployments:
         meta = body.get("metadata", {})
         labels = meta.get("labels") or {}
@@ -64,11 +65,13 @@ def running_services(deployments: Iterable[dict[str, Any]]) -> dict[tuple[str, s
             continue
         spec = body.get("spec") or {}
         entry = acc.setdefault((meta.get("namespace", ""), service), {
-            "replicas": {}, "ready": {}, "gpus_per_replica": {}})  # fmt: skip
-        entry["replicas"][pool] = int(spec.get("replicas", 1))
-        entry["ready"][pool] = int((body.get("status") or {}).get("availableReplicas") or 0)
+            "replicas": {}, "ready": {}, "gpus_per_replica": {}, "names": {}})  # fmt: skip
+        key = option_key(pool, _quantity(labels.get(TP_LABEL, "1")) or 1)
+        entry["replicas"][key] = int(spec.get("replicas", 1))
+        entry["ready"][key] = int((body.get("status") or {}).get("availableReplicas") or 0)
         template = (spec.get("template") or {}).get("spec") or {}
-        entry["gpus_per_replica"][pool] = pod_spec_gpus(template) or 1
+        entry["gpus_per_replica"][key] = pod_spec_gpus(template) or 1
+        entry["names"][key] = meta.get("name", "")
     return {key: Running.model_validate(v) for key, v in acc.items()}
 
 

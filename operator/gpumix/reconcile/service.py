@@ -12,22 +12,21 @@ from pydantic import BaseModel, ConfigDict
 from gpumix.api import (
     Baseline,
     ConditionStatus,
-    GPUPool,
-    GPUProfile,
     LLMService,
     LLMServiceStatus,
     PoolAllocation,
+    PoolShare,
     WorkloadUsed,
 )
 from gpumix.plan import (
+    Allocation,
     AllocationInstance,
-    Plan,
     SolverError,
     UnservableBucketError,
-    plan_allocation,
     solve,
 )
-from gpumix.problem import PoolChoice, build_problem
+from gpumix.plan.joint import ServiceAllocation
+from gpumix.problem import PoolChoice, ServiceProblem, option_key
 from gpumix.reconcile import rollout
 from gpumix.reconcile.conditions import remove_condition, set_condition
 
@@ -42,6 +41,8 @@ class Running(BaseModel):
     replicas: dict[str, int] = {}
     ready: dict[str, int] = {}
     gpus_per_replica: dict[str, int] = {}
+    names: dict[str, str] = {}
+    """Option → the Deployment's name (what to delete when the option is dropped)."""
 
     def gpus(self) -> dict[str, int]:
         """GPUs per pool these Deployments hold (or will, once scheduled)."""
@@ -62,40 +63,30 @@ class ServiceDecision(BaseModel):
     apply: dict[str, int] | None
     """Replicas per pool to apply now (make-before-break staged); None leaves everything as is."""
     delete: list[str] = []
-    """Pools whose Deployment is no longer needed."""
+    """Deployments (names) no longer needed."""
     target: dict[str, int] | None = None
     choices: dict[str, PoolChoice] = {}
     shares: dict[str, list[list[float]]] = {}
     status: LLMServiceStatus
     events: list[EventSpec] = []
     held_gpus: dict[str, int] = {}
-    """GPUs per pool this service holds or is about to: later services plan around them."""
+    """GPUs per option this service holds or is about to (planner input for kept services)."""
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(instance_json: str, time_limit_s: float) -> Plan:
-    """Plans are pure functions of the instance; the loop reruns on every pod event, so cache."""
-    return plan_allocation(
-        AllocationInstance.model_validate_json(instance_json), time_limit_s=time_limit_s
+def _baselines(instance_json: str, time_limit_s: float) -> dict[str, Allocation | None]:
+    """Mélange §6.1's single-type baselines, one per option; pure, so cached across passes."""
+    instance = AllocationInstance.model_validate_json(instance_json)
+    uncapped = instance.model_copy(
+        update={"gpus": [g.model_copy(update={"max_count": None}) for g in instance.gpus]}
     )
-
-
-@functools.lru_cache(maxsize=256)
-def _sticky_cost(instance_json: str, time_limit_s: float) -> tuple[dict[str, int], float] | None:
-    allocation = solve(
-        AllocationInstance.model_validate_json(instance_json), time_limit_s=time_limit_s
-    )
-    return None if allocation is None else (dict(allocation.counts), allocation.cost_per_hour)
-
-
-def _capped(instance: AllocationInstance, caps: dict[str, int]) -> AllocationInstance:
-    gpus = [
-        g.model_copy(
-            update={"max_count": min(caps.get(g.name, 0), g.max_count or caps.get(g.name, 0))}
-        )
-        for g in instance.gpus
-    ]
-    return instance.model_copy(update={"gpus": gpus})
+    out: dict[str, Allocation | None] = {}
+    for gpu in uncapped.gpus:
+        try:
+            out[gpu.name] = solve(uncapped, time_limit_s=time_limit_s, only=gpu.name)
+        except (UnservableBucketError, SolverError):
+            out[gpu.name] = None
+    return out
 
 
 def _change_summary(old: dict[str, int], new: dict[str, int]) -> str:
@@ -147,71 +138,39 @@ def _keep(
     return ServiceDecision(apply=None, status=status, events=events, held_gpus=running.gpus())
 
 
-def decide_service(
+def decide_planned(
     service: LLMService,
     *,
     generation: int | None,
-    pools: list[GPUPool],
-    profiles: list[GPUProfile],
-    available_gpus: dict[str, int],
+    problem: ServiceProblem,
+    allocation: ServiceAllocation,
+    planned_rate: float,
     running: Running,
     previous: LLMServiceStatus | None,
     conflicts: dict[str, str],
+    pool_gpus: dict[str, int | None],
+    solve_seconds: float,
     now: str,
     time_limit_s: float = 30.0,
 ) -> ServiceDecision:
+    """Turn this service's part of the joint plan into what to apply now and its status."""
     spec = service.spec
-    problem = build_problem(service, pools, profiles, available_gpus)
     excluded = "; ".join(f"{p}: {why}" for p, why in problem.excluded.items())
-
-    def keep(reason: str, message: str) -> ServiceDecision:
-        return _keep(
-            previous=previous,
-            running=running,
-            reason=reason,
-            message=message,
-            generation=generation,
-            now=now,
-        )
-
-    if problem.instance is None:
-        return keep("NoUsablePool", f"no GPU pool can serve this service ({excluded})")
-    instance = problem.instance
-    try:
-        plan = _plan(instance.model_dump_json(), time_limit_s)
-    except UnservableBucketError as err:
-        return keep("Unservable", str(err) + (f" (pools left out: {excluded})" if excluded else ""))
-    except SolverError as err:
-        return keep("SolverFailed", f"the ILP solver stopped without a plan: {err}")
-    if plan.allocation is None:
-        uncapped = instance.model_copy(
-            update={"gpus": [g.model_copy(update={"max_count": None}) for g in instance.gpus]}
-        )
-        needs = _plan(uncapped.model_dump_json(), time_limit_s).allocation
-        need_txt = ", ".join(f"{n}×{c}" for n, c in (needs.counts if needs else {}).items() if c)
-        free = ", ".join(f"{g.name} {g.max_count}" for g in instance.gpus)
-        return keep(
-            "InsufficientCapacity",
-            f"the cheapest plan needs {need_txt or 'more GPUs than exist'} replicas but only "
-            f"{free} replicas are free for this service",
-        )
-    allocation = plan.allocation
-    counts, cost = dict(allocation.counts), allocation.cost_per_hour
-    current = {p: n for p, n in running.replicas.items() if p in problem.choices}
-    if any(current.values()):
-        sticky = _sticky_cost(_capped(instance, current).model_dump_json(), time_limit_s)
-        if sticky is not None and sticky[1] <= cost + COST_TOLERANCE:
-            counts, cost = sticky  # as cheap as the optimum without moving a replica
-    target = {p: counts.get(p, 0) for p in problem.choices}
-    for pool in conflicts:
-        target[pool] = running.replicas.get(pool, 0)  # an autoscaler owns these replicas
+    assert problem.instance is not None
+    target = {p: allocation.counts.get(p, 0) for p in problem.choices}
+    for option in conflicts:
+        target[option] = running.replicas.get(option, 0)  # an autoscaler owns these replicas
+    cost = sum(n * problem.choices[p].gpus_per_replica * problem.choices[p].price_per_gpu_hour
+               for p, n in target.items())  # fmt: skip
     staged = rollout.stage(running.replicas, target, running.ready)
     apply = {p: n for p, n in staged.items() if n > 0 and p not in conflicts}
-    delete = sorted(p for p, n in staged.items() if n == 0 and p in running.replicas)
-
+    delete = sorted(
+        running.names.get(p, p) for p, n in staged.items() if n == 0 and p in running.replicas
+    )
+    baselines = _baselines(problem.instance.model_dump_json(), time_limit_s)
     status = _status(
         service,
-        plan=plan,
+        baselines=baselines,
         choices=problem.choices,
         target=target,
         cost=cost,
@@ -221,9 +180,16 @@ def decide_service(
         excluded=excluded,
         generation=generation,
         now=now,
+        solve_seconds=solve_seconds,
+        allocation_result=allocation,
+        planned_rate=planned_rate,
+        pool_gpus=pool_gpus,
     )
     events = []
-    old = {a.pool: a.replicas for a in (previous.allocation if previous else [])}
+    old = {
+        a_key(a.pool, a.gpus_per_replica): a.replicas
+        for a in (previous.allocation if previous else [])
+    }
     if old != {p: n for p, n in target.items() if n} and (old or any(target.values())):
         old_rate = previous.workload.request_rate if previous and previous.workload else None
         rate = (
@@ -238,6 +204,11 @@ def decide_service(
                 message=f"{_change_summary(old, target)}: {rate}, {cost:.2f} $/h",
             )
         )
+    if allocation.unserved_rate > 0:
+        message = status_message_unserved(allocation)
+        seen = previous is not None and previous.unserved_reason == status.unserved_reason
+        if not seen:
+            events.append(EventSpec(type="Warning", reason="InsufficientCapacity", message=message))
     held = running.gpus()
     for p, n in staged.items():
         held[p] = max(held.get(p, 0), n * problem.choices[p].gpus_per_replica)
@@ -253,10 +224,22 @@ def decide_service(
     )
 
 
+def a_key(pool: str, gpus_per_replica: int) -> str:
+    return option_key(pool, gpus_per_replica)
+
+
+def status_message_unserved(allocation: ServiceAllocation) -> str:
+    return (
+        f"serving {100 * (1 - allocation.unserved_fraction):.1f}% of "
+        f"{allocation.total_rate:.3g} req/s; {allocation.unserved_rate:.3g} req/s unserved: "
+        + "; ".join(allocation.reasons)
+    )
+
+
 def _status(
     service: LLMService,
     *,
-    plan: Plan,
+    baselines: dict[str, Allocation | None],
     choices: dict[str, PoolChoice],
     target: dict[str, int],
     cost: float,
@@ -266,25 +249,32 @@ def _status(
     excluded: str,
     generation: int | None,
     now: str,
+    solve_seconds: float,
+    allocation_result: ServiceAllocation,
+    planned_rate: float,
+    pool_gpus: dict[str, int | None],
 ) -> LLMServiceStatus:
     wl = service.spec.workload
-    assert plan.allocation is not None
-    baselines = []
-    for pool, base in plan.baselines.items():
-        replicas = base.counts.get(pool) if base else None
-        baselines.append(
+    base_list = []
+    for option, base in baselines.items():
+        base_list.append(
             Baseline(
-                gpu_type=choices[pool].gpu_type,
-                replicas=replicas,
+                gpu_type=choices[option].gpu_type
+                + (
+                    ""
+                    if choices[option].gpus_per_replica == 1
+                    else f" (tp{choices[option].gpus_per_replica})"
+                ),
+                replicas=base.counts.get(option) if base else None,
                 cost_per_hour=round(base.cost_per_hour, 4) if base else None,
             )
         )
-    feasible = [b.cost_per_hour for b in plan.baselines.values() if b is not None]
+    feasible = [b.cost_per_hour for b in baselines.values() if b is not None]
     cheapest: float = min(feasible, default=0.0)
     savings = round(100 * (1 - cost / cheapest), 1) if cheapest > 0 else None
     allocation = [
         PoolAllocation(
-            pool=p,
+            pool=choices[p].pool,
             gpu_type=choices[p].gpu_type,
             replicas=n,
             gpus_per_replica=choices[p].gpus_per_replica,
@@ -307,11 +297,19 @@ def _status(
     left_out = f"; pools left out: {excluded}" if excluded else ""
     setc("Planned", ConditionStatus.TRUE, "PlanComputed",
          f"{_summary(target)} for {cost:.2f} $/h{left_out}")  # fmt: skip
-    if waiting:
+    unserved = allocation_result.unserved_rate > 0
+    if unserved:
+        setc("Ready", ConditionStatus.FALSE, "InsufficientCapacity",
+             status_message_unserved(allocation_result))  # fmt: skip
+    elif waiting:
         setc("Ready", ConditionStatus.FALSE, "RollingOut", "waiting for " + ", ".join(waiting))
     else:
         setc("Ready", ConditionStatus.TRUE, "Serving", f"{_summary(target)} serving")
-    setc("Degraded", ConditionStatus.FALSE, "AsPlanned", "")
+    if unserved:
+        setc("Degraded", ConditionStatus.TRUE, "PartiallyServed",
+             "; ".join(allocation_result.reasons))  # fmt: skip
+    else:
+        setc("Degraded", ConditionStatus.FALSE, "AsPlanned", "")
     if conflicts:
         text = "; ".join(f"{p}: {who}" for p, who in sorted(conflicts.items()))
         setc(
@@ -327,18 +325,41 @@ def _status(
         conditions=conds,
         allocation=allocation,
         cost_per_hour=round(cost, 4),
-        baselines=baselines,
+        baselines=base_list,
         savings_percent=savings,
         solve_seconds=(
             previous.solve_seconds  # the plan in force was solved then; rewriting churns status
             if previous is not None and previous.allocation == allocation
-            else round(plan.allocation.result.seconds, 4)
+            else round(solve_seconds, 4)
         ),
         workload=WorkloadUsed(
-            source="Static", request_rate=wl.request_rate, over_provision=wl.over_provision
+            source="Static",
+            request_rate=wl.request_rate,
+            over_provision=wl.over_provision,
+            planned_request_rate=planned_rate,
         ),
         replicas_summary=_summary(target),
+        unserved_fraction=round(allocation_result.unserved_fraction, 4) if unserved else None,
+        unserved_reason="; ".join(allocation_result.reasons) if unserved else None,
+        pool_shares=_pool_shares(choices, target, pool_gpus),
     )
+
+
+def _pool_shares(
+    choices: dict[str, PoolChoice], target: dict[str, int], pool_gpus: dict[str, int | None]
+) -> list[PoolShare]:
+    """GPUs per pool over the service's options, and their share of what the pool offers."""
+    gpus: dict[str, int] = {}
+    for option, n in target.items():
+        if n:
+            c = choices[option]
+            gpus[c.pool] = gpus.get(c.pool, 0) + n * c.gpus_per_replica
+    out = []
+    for pool, n in sorted(gpus.items()):
+        total = pool_gpus.get(pool)
+        percent = round(100 * n / total, 1) if total else None
+        out.append(PoolShare(pool=pool, gpus=n, percent=percent))
+    return out
 
 
 def _summary(target: dict[str, int]) -> str:

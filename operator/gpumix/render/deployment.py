@@ -86,22 +86,22 @@ def _container(spec: LLMServiceSpec, gpus: int) -> dict[str, Any]:
 def render_deployment(
     owner: Owner, spec: LLMServiceSpec, pool: GPUPool, choice: PoolChoice, replicas: int
 ) -> dict[str, Any]:
-    """The apps/v1 Deployment ``<service>-<pool>`` running ``replicas`` vLLM servers of
+    """The apps/v1 Deployment :func:`deployment_name` running ``replicas`` vLLM servers of
     ``choice.gpus_per_replica`` GPUs each on ``pool``'s nodes."""
     if replicas < 0:
         raise ValueError(f"replicas must be >= 0, got {replicas}")
     if choice.pool != pool.name:
         raise ValueError(f"choice is for pool {choice.pool!r}, not {pool.name!r}")
-    labels = labels_for(owner.name, pool.name)
     gpus = choice.gpus_per_replica
+    labels = labels_for(owner.name, pool.name, gpus)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": object_meta(owner, deployment_name(owner.name, pool.name), labels),
+        "metadata": object_meta(owner, deployment_name(owner.name, pool.name, gpus), labels),
         "spec": {
             "progressDeadlineSeconds": PROGRESS_DEADLINE_SECONDS,
             "replicas": replicas,
-            "selector": {"matchLabels": selector_for(owner.name, pool.name)},
+            "selector": {"matchLabels": selector_for(owner.name, pool.name, gpus)},
             # Never below the current ready count: a new pod must be Ready before an old one
             # goes, so serving capacity holds during a rollout. The price is one spare replica's
             # GPUs during the rollout; when the pool has none free, the surge pod stays Pending

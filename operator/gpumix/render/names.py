@@ -24,6 +24,9 @@ HASH_CHARS = 8
 
 SERVICE_LABEL = "gpumix.io/service"
 POOL_LABEL = "gpumix.io/pool"
+TP_LABEL = "gpumix.io/gpus-per-replica"
+"""Set (and in the selector) only on Deployments of replicas with more than one GPU, so that the
+immutable selectors of existing one-GPU Deployments never change."""
 
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -86,14 +89,18 @@ def label_value(value: str) -> str:
     return value if is_label_value(value) else _shorten(value, (value,), letter_first=False)
 
 
-def deployment_name(service: str, pool: str) -> str:
-    """``<service>-<pool>``: one Deployment per (service, pool), design.md "Custom resources".
+def deployment_name(service: str, pool: str, gpus_per_replica: int = 1) -> str:
+    """``<service>-<pool>`` for one-GPU replicas, ``<service>-<pool>-tp<k>`` for ``k``-GPU
+    (tensor-parallel) replicas: one Deployment per (service, pool, replica size), so that the
+    planner can run several replica configurations in one pool (Jiang et al. §4.3).
 
     Two services whose names only differ in where a dash splits them (``a-b``/``c`` and
     ``a``/``b-c``) would share a name; the apiserver then refuses the second controller owner
     reference instead of letting one service take over the other's Deployment.
     """
-    return safe_name(service, pool)
+    if gpus_per_replica == 1:
+        return safe_name(service, pool)
+    return safe_name(service, pool, f"tp{gpus_per_replica}")
 
 
 def service_name(service: str) -> str:
@@ -106,7 +113,7 @@ def routing_configmap_name(service: str) -> str:
     return safe_name(service, "routing")
 
 
-def labels_for(service: str, pool: str | None = None) -> dict[str, str]:
+def labels_for(service: str, pool: str | None = None, gpus_per_replica: int = 1) -> dict[str, str]:
     """The standard ``app.kubernetes.io/*`` labels plus gpumix's own selector labels.
 
     ``gpumix.io/service`` selects every pod of the service (the Service's selector);
@@ -123,15 +130,19 @@ def labels_for(service: str, pool: str | None = None) -> dict[str, str]:
     }
     if pool is not None:
         labels[POOL_LABEL] = label_value(pool)
+        if gpus_per_replica != 1:
+            labels[TP_LABEL] = str(gpus_per_replica)
     return dict(sorted(labels.items()))
 
 
-def selector_for(service: str, pool: str | None = None) -> dict[str, str]:
+def selector_for(
+    service: str, pool: str | None = None, gpus_per_replica: int = 1
+) -> dict[str, str]:
     """The minimal selector: label selectors of Deployments are immutable, so they hold only what
     identifies the pods and never the descriptive ``app.kubernetes.io/*`` labels."""
-    labels = labels_for(service, pool)
-    keys = (SERVICE_LABEL,) if pool is None else (POOL_LABEL, SERVICE_LABEL)
-    return {key: labels[key] for key in keys}
+    labels = labels_for(service, pool, gpus_per_replica)
+    keys = (SERVICE_LABEL,) if pool is None else (POOL_LABEL, SERVICE_LABEL, TP_LABEL)
+    return {key: labels[key] for key in keys if key in labels}
 
 
 def owner_reference(owner: Owner) -> dict[str, Any]:

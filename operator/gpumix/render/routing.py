@@ -67,7 +67,9 @@ def routing_document(
             raise ValueError(f"pool {pool!r} has {count} replicas but no PoolChoice")
         _check_shape(pool, matrix, workload.shape)
         pools[pool] = {
-            "deployment": deployment_name(service, pool),
+            "deployment": deployment_name(
+                service, choices[pool].pool, choices[pool].gpus_per_replica
+            ),
             "gpuType": choices[pool].gpu_type,
             "replicas": count,
             "share": [

@@ -86,7 +86,7 @@ def test_ready_once_every_replica_is_available() -> None:
     assert again.events == []  # nothing changed, nothing to announce
 
 
-def test_second_service_that_does_not_fit_reports_insufficient_capacity() -> None:
+def test_second_service_that_does_not_fit_is_partially_served_and_says_why() -> None:
     # Only two A10G and two L4 GPUs exist, and no profile lets anything else in.
     small = snap(nodes=nodes({"l4": 2, "a10g": 2}), pools=pools()[:2])
     both = [
@@ -95,13 +95,31 @@ def test_second_service_that_does_not_fit_reports_insufficient_capacity() -> Non
     ]
     d = plan_cluster(small.model_copy(update={"services": both}))
     first, second = d.services[("default", "first")], d.services[("default", "second")]
-    assert first.target is not None
-    assert cond(second.status, "Ready")[1] == "InsufficientCapacity"
-    assert second.apply is None
-    msg = cond(second.status, "Ready")[2]
-    assert "the cheapest plan needs" in msg and "free for this service" in msg
-    used = {p: first.held_gpus.get(p, 0) for p in ("l4", "a10g")}
-    assert used["l4"] <= 2 and used["a10g"] <= 2
+    assert first.target is not None and second.target is not None
+    status, reason, msg = cond(second.status, "Ready")
+    assert (status, reason) == ("False", "InsufficientCapacity")
+    assert "req/s unserved" in msg and "is full (" in msg
+    assert second.status.unserved_fraction is not None and 0 < second.status.unserved_fraction < 1
+    assert cond(second.status, "Degraded")[:2] == ("True", "PartiallyServed")
+    for pool in ("l4", "a10g"):  # the two plans together never exceed a pool
+        assert first.target.get(pool, 0) + second.target.get(pool, 0) <= 2
+    assert d.pool_status["l4"].planned_gpus == 2 and d.pool_status["l4"].available_gpus == 2
+
+
+def test_joint_plan_serves_both_where_one_at_a_time_would_not() -> None:
+    """Coral §2.2 on the cluster: two services contend for a scarce A100 pool."""
+    only = [p for p in pools() if p["metadata"]["name"] in ("a100-80gb", "a10g")]
+    scarce = snap(nodes=nodes({"a100-80gb": 1, "a10g": 4}), pools=only)
+    both = [
+        service("first", 5.5, "2026-01-01T00:00:00Z"),
+        service("second", 5.5, "2026-01-02T00:00:00Z"),
+    ]
+    d = plan_cluster(scarce.model_copy(update={"services": both}))
+    for key in (("default", "first"), ("default", "second")):
+        sd = d.services[key]
+        assert sd.status.unserved_fraction is None, cond(sd.status, "Ready")
+    assert d.pool_status["a100-80gb"].planned_gpus is not None
+    assert d.pool_status["a100-80gb"].planned_gpus <= 8
 
 
 def test_unservable_slo_keeps_running_deployments() -> None:
@@ -184,9 +202,15 @@ def test_running_and_autoscalers_digest() -> None:
            "status": {"availableReplicas": 1}}  # fmt: skip
     assert running_services([dep]) == {
         ("default", "chat"): Running(
-            replicas={"l4": 2}, ready={"l4": 1}, gpus_per_replica={"l4": 1}
+            replicas={"l4": 2},
+            ready={"l4": 1},
+            gpus_per_replica={"l4": 1},
+            names={"l4": "chat-l4"},
         )
     }
+    tp = {**dep, "metadata": {**dep["metadata"], "name": "chat-l4-tp2", "labels": {
+        **dep["metadata"]["labels"], "gpumix.io/gpus-per-replica": "2"}}}  # fmt: skip
+    assert running_services([tp])[("default", "chat")].names == {"l4-tp2": "chat-l4-tp2"}
     hpa = {"metadata": {"name": "keda-hpa-chat", "namespace": "default",
                         "ownerReferences": [{"kind": "ScaledObject", "name": "chat"}]},
            "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "chat-l4"}}}  # fmt: skip

@@ -121,7 +121,11 @@ def test_selector_is_a_subset_of_the_template_labels(rendered: list[dict[str, An
     deployment, service, _ = rendered
     selector = deployment["spec"]["selector"]["matchLabels"]
     template = deployment["spec"]["template"]["metadata"]["labels"]
-    assert selector == {"gpumix.io/pool": "a100-80gb", "gpumix.io/service": "chat"}
+    assert selector == {  # k-GPU replicas (here k=2) get their own Deployment and selector
+        "gpumix.io/gpus-per-replica": "2",
+        "gpumix.io/pool": "a100-80gb",
+        "gpumix.io/service": "chat",
+    }
     assert selector.items() <= template.items()
     assert service["spec"]["selector"].items() <= template.items()
     assert "gpumix.io/pool" not in service["metadata"]["labels"]
@@ -200,7 +204,7 @@ def test_routing_omits_pools_without_replicas(inputs: Inputs) -> None:
     assert document["outputEdges"] == [1, 128, 512]
     assert set(document["pools"]) == {"l4", "a100-80gb"}
     assert document["pools"]["a100-80gb"] == {
-        "deployment": "chat-a100-80gb",
+        "deployment": "chat-a100-80gb-tp2",
         "gpuType": "a100-80gb",
         "replicas": 1,
         "share": [[0.375, 0.0], [0.7, 0.0]],
