@@ -250,7 +250,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="3 services, 12-step trace")
     parser.add_argument("--steps", type=int, default=48, help="planning intervals in the trace")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--gap", type=float, default=0.0, help="relative MIP gap (0 = optimal)")
+    parser.add_argument("--gap", type=float, default=0.01, help="relative MIP gap (0 = optimal)")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve stage")
     parser.add_argument("--churn-penalty", type=float, default=DEFAULT_CHURN_PENALTY)
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)

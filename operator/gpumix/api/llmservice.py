@@ -55,7 +55,7 @@ class Churn(ApiModel):
     tolerance: float = Field(
         default=0.1,
         ge=0,
-        lt=1,
+        le=0.9,
         description="A fall in request rate within this fraction of the rate last planned for "
         "keeps the plan (no replicas removed for demand wiggles).",
     )

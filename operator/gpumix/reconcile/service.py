@@ -204,7 +204,7 @@ def decide_planned(
                 message=f"{_change_summary(old, target)}: {rate}, {cost:.2f} $/h",
             )
         )
-    if allocation.unserved_rate > 0:
+    if short_of(allocation):
         message = status_message_unserved(allocation)
         seen = previous is not None and previous.unserved_reason == status.unserved_reason
         if not seen:
@@ -222,6 +222,14 @@ def decide_planned(
         events=events,
         held_gpus=held,
     )
+
+
+UNSERVED_TOL = 1e-4
+"""Unserved fractions below this are solver tolerance, not capacity shortfalls."""
+
+
+def short_of(allocation: ServiceAllocation) -> bool:
+    return allocation.unserved_fraction > UNSERVED_TOL
 
 
 def a_key(pool: str, gpus_per_replica: int) -> str:
@@ -297,7 +305,7 @@ def _status(
     left_out = f"; pools left out: {excluded}" if excluded else ""
     setc("Planned", ConditionStatus.TRUE, "PlanComputed",
          f"{_summary(target)} for {cost:.2f} $/h{left_out}")  # fmt: skip
-    unserved = allocation_result.unserved_rate > 0
+    unserved = short_of(allocation_result)
     if unserved:
         setc("Ready", ConditionStatus.FALSE, "InsufficientCapacity",
              status_message_unserved(allocation_result))  # fmt: skip
