@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from gpumix.api import RESOURCES
-from gpumix.api.crdgen import crd, render_crds
+from gpumix.api.crdgen import crd, render_crds, structural_node
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 
@@ -30,10 +30,9 @@ def walk(node: dict[str, Any], path: str) -> list[str]:
         problems.append(f"{path}: additionalProperties: false")
     if "properties" in node and "additionalProperties" in node:
         problems.append(f"{path}: both properties and additionalProperties")
-    if isinstance(node.get("exclusiveMinimum"), int | float) and not isinstance(
-        node["exclusiveMinimum"], bool
-    ):
-        problems.append(f"{path}: numeric exclusiveMinimum")
+    for flag in ("exclusiveMinimum", "exclusiveMaximum"):
+        if isinstance(node.get(flag), int | float) and not isinstance(node[flag], bool):
+            problems.append(f"{path}: numeric {flag}")
     if node.get("type") == "array":
         if "items" not in node:
             problems.append(f"{path}: array without items")
@@ -92,3 +91,9 @@ def test_kustomization_lists_every_crd() -> None:
     assert sorted(kustomization["resources"]) == sorted(
         p.name for p in CRDS.glob("*.gpumix.io.yaml")
     )
+
+
+def test_exclusive_bounds_become_openapi_v3_booleans() -> None:
+    node = structural_node({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1})
+    assert node == {"type": "number", "minimum": 0, "exclusiveMinimum": True,
+                    "maximum": 1, "exclusiveMaximum": True}  # fmt: skip

@@ -3,9 +3,10 @@
 pydantic emits JSON Schema 2020-12; a CRD needs a *structural* OpenAPI v3 schema. The rewrite:
 inline `$ref`/`$defs`; drop `title`, `additionalProperties: false` (the apiserver prunes unknown
 fields instead), `examples` and `deprecated`; `const` becomes a one-value `enum`; a numeric
-`exclusiveMinimum` becomes `minimum` + `exclusiveMinimum: true`. `X | None` becomes plain optional
-`X` rather than `nullable`: the apiserver then prunes an explicit null instead of storing it, so a
-CEL rule guarded by `has()` never meets a null (deliberately unlike style.md's `nullable`).
+`exclusiveMinimum` (`exclusiveMaximum`) becomes `minimum` (`maximum`) plus the boolean flag of
+OpenAPI v3.0. `X | None` becomes plain optional `X` rather than `nullable`: the apiserver then
+prunes an explicit null instead of storing it, so a CEL rule guarded by `has()` never meets a
+null (deliberately unlike style.md's `nullable`).
 """
 
 from pathlib import Path
@@ -26,11 +27,11 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     if "$ref" in node:
         target = _resolve(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
         extra = {k: v for k, v in node.items() if k != "$ref"}
-        return _structural({**target, **_resolve(extra, defs)})
-    return _structural({k: _resolve(v, defs) for k, v in node.items() if k != "$defs"})
+        return structural_node({**target, **_resolve(extra, defs)})
+    return structural_node({k: _resolve(v, defs) for k, v in node.items() if k != "$defs"})
 
 
-def _structural(node: dict[str, Any]) -> dict[str, Any]:
+def structural_node(node: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in node.items() if k not in _DROP}
     if isinstance(out.get("description"), str):
         out["description"] = " ".join(out["description"].split())
@@ -38,11 +39,11 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
         del out["additionalProperties"]
     if "const" in out:
         out["enum"] = [out.pop("const")]
-    if isinstance(out.get("exclusiveMinimum"), int | float) and not isinstance(
-        out["exclusiveMinimum"], bool
-    ):
-        out["minimum"] = out.pop("exclusiveMinimum")
-        out["exclusiveMinimum"] = True
+    for bound, flag in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        value = out.get(flag)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[bound] = out.pop(flag)
+            out[flag] = True
     if "anyOf" in out:
         branches = [b for b in out["anyOf"] if b.get("type") != "null"]
         if len(branches) == 1 and len(out["anyOf"]) == 2:
