@@ -1,5 +1,6 @@
 """LLMService: one model served under a latency SLO, on whatever GPU mix is cheapest."""
 
+from datetime import datetime
 from typing import ClassVar, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
@@ -61,6 +62,23 @@ class Churn(ApiModel):
     )
 
 
+class KvMigration(ApiModel):
+    """MELL KV-cache scheduling (seeds/001 §IV–VI): move running requests between a pool's pods
+    so that the newest pod empties and is removed. Needs the admin contract of
+    gpumix/sim/SERVER.md on every pod (a vLLM sidecar)."""
+
+    enabled: bool = Field(default=False, description="Run the KV-migration loop for this service.")
+    interval_seconds: int = Field(
+        default=10, ge=1, le=3600, description="Seconds between passes (MELL's epoch)."
+    )
+    max_migrations_per_pass: int = Field(
+        default=10,
+        ge=1,
+        le=10,
+        description="Most requests moved per pass (MELL Theorem 3: at most 10 per operation).",
+    )
+
+
 class LLMServiceSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -95,6 +113,7 @@ class LLMServiceSpec(ApiModel):
     )
     budget: Budget | None = Field(default=None, description="A cap on this service's $/h.")
     churn: Churn = Field(default_factory=Churn)
+    kv_migration: KvMigration = Field(default_factory=KvMigration)
 
     @model_validator(mode="after")
     def _check_replicas(self) -> Self:
@@ -130,6 +149,20 @@ class WorkloadUsed(ApiModel):
         description="The rate the plan in force was made for (≥ request_rate within the "
         "churn tolerance).",
     )
+    origin: Literal["spec", "observed", "last-observed"] | None = Field(
+        default=None,
+        description="Where requestRate and the histogram came from: the spec, this pass's "
+        "observation, or the last good one (source Prometheus, nothing observable now).",
+    )
+    observed_at: datetime | None = Field(
+        default=None, description="When the observation used was made (RFC 3339)."
+    )
+    ttft_seconds: float | None = Field(
+        default=None, description="Observed mean time to first token (seconds)."
+    )
+    tpot_seconds: float | None = Field(
+        default=None, description="Observed mean time per output token (seconds)."
+    )
 
 
 class PoolShare(ApiModel):
@@ -138,6 +171,27 @@ class PoolShare(ApiModel):
     percent: float | None = Field(
         default=None, description="Share of the pool's GPUs the planner may place (percent)."
     )
+
+
+class KvScaleIn(ApiModel):
+    option: str = Field(description="The pool (plus -tp<k>) whose Deployment runs fewer replicas.")
+    planned_replicas: int = Field(
+        ge=0, description="The planner's target this applies to; a new target voids it."
+    )
+    removed: int = Field(ge=0, description="Replicas the KV scheduler emptied and removed.")
+
+
+class KvSchedulerStatus(ApiModel):
+    """Written only by the KV-migration loop (a merge patch of this field); the planner reads
+    `scaledIn` and applies its target minus `removed` (its target stays the upper bound)."""
+
+    last_pass: str | None = None
+    migrations: int = Field(default=0, ge=0, description="Requests migrated so far.")
+    drained_pods: list[str] = Field(
+        default_factory=list, description="The latest pods emptied for removal (at most 10)."
+    )
+    scaled_in: list[KvScaleIn] = Field(default_factory=list)
+    message: str | None = None
 
 
 class LLMServiceStatus(ApiModel):
@@ -164,6 +218,7 @@ class LLMServiceStatus(ApiModel):
     pool_shares: list[PoolShare] = Field(
         default_factory=list, description="GPUs this service holds in each pool."
     )
+    kv_scheduler: KvSchedulerStatus | None = None
 
 
 class LLMService(Resource):
