@@ -8,8 +8,10 @@ from gpumix.api.buckets import BucketGrid, Row, check_matrix, matrix_field, matr
 
 
 class Workload(BucketGrid):
-    """What the service must carry. `Static` plans for the numbers here; `Prometheus` (a later
-    release) observes them and falls back to these numbers when nothing can be observed."""
+    """What the service must carry. `Static` plans for the numbers here; `Prometheus` observes
+    the rate and histogram from vLLM's metrics (`gpumix run --prometheus-url`) and, when nothing
+    can be observed, plans with the last good observation (at most an hour old), else with these
+    numbers — never with zero."""
 
     model_config = ConfigDict(
         json_schema_extra={"x-kubernetes-validations": matrix_shape_cel("histogram")}

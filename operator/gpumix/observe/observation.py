@@ -31,6 +31,8 @@ class UnknownReason(StrEnum):
     NO_TARGETS = "NoScrapeTargets"
     TARGETS_DOWN = "ScrapeTargetsDown"
     NO_SERIES = "NoVLLMMetrics"
+    NOT_CONFIGURED = "PrometheusNotConfigured"
+    """The operator has no Prometheus to ask (`gpumix run` without `--prometheus-url`)."""
 
 
 class _Frozen(BaseModel):

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from gpumix.api import GPUPool, GPUPoolStatus, LLMService, LLMServiceStatus
 from gpumix.operator import metrics
 from gpumix.operator.kube import KubeWriter
+from gpumix.operator.observing import Observer
 from gpumix.operator.view import ClusterView
 from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
 from gpumix.reconcile.objects import desired_objects
@@ -48,8 +49,11 @@ class Planner:
         interval_s: float,
         time_limit_s: float,
         budget_per_hour: float | None = None,
+        *,
+        observer: Observer | None = None,
     ) -> None:
         self.view, self.writer = view, writer
+        self.observer = observer or Observer(None)
         self.interval_s, self.time_limit_s = interval_s, time_limit_s
         self.budget_per_hour = budget_per_hour
         self.ready = asyncio.Event()
@@ -74,7 +78,9 @@ class Planner:
     async def pass_once(self) -> None:
         start = time.perf_counter()
         snapshot = self.view.snapshot(now_rfc3339(), self.time_limit_s, self.budget_per_hour)
+        snapshot = await self.observer.attach(snapshot)  # Prometheus, in a worker thread
         decision = await asyncio.to_thread(plan_cluster, snapshot)
+        self.observer.remember(decision.last_good)
         await asyncio.to_thread(self._write, decision, snapshot.now)
         metrics.PASSES.observe(time.perf_counter() - start)
 

@@ -12,6 +12,7 @@ from prometheus_client import start_http_server
 from gpumix.operator.handlers import register
 from gpumix.operator.kube import KubeWriter
 from gpumix.operator.loop import Planner
+from gpumix.operator.observing import add_observe_arguments, observer_from_args
 from gpumix.operator.view import ClusterView
 
 log = logging.getLogger("gpumix")
@@ -65,6 +66,7 @@ async def _main(args: argparse.Namespace) -> None:
         interval_s=args.interval,
         time_limit_s=args.solver_time_limit,
         budget_per_hour=args.budget,
+        observer=observer_from_args(args),
     )
 
     @kopf.on.probe(id="planner", registry=registry)
@@ -103,6 +105,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         default=None,
         help="cluster-wide cap on $/h over every LLMService (the joint plan stays within it)",
     )
+    add_observe_arguments(run)
     run.add_argument("--metrics-port", type=int, default=8080)
     run.add_argument("--health-port", type=int, default=8081, help="GET /healthz")
     run.add_argument("--bind", default="0.0.0.0", help="address of the metrics/health servers")

@@ -24,6 +24,7 @@ from gpumix.api import (
     LLMServiceStatus,
 )
 from gpumix.manifests import describe
+from gpumix.observe import ObservedWorkload, WorkloadDecision
 from gpumix.plan import SolverError
 from gpumix.plan.errors import InvalidAllocationError
 from gpumix.plan.joint import (
@@ -53,6 +54,7 @@ from gpumix.reconcile.service import (
     _keep,
     decide_planned,
 )
+from gpumix.reconcile.workload import ServiceObservation, annotate, decide, with_workload
 from gpumix.render import deployment_name
 
 GAP_REL = 0.01
@@ -80,6 +82,9 @@ class Snapshot(BaseModel):
     time_limit_s: float = 30.0
     budget_per_hour: float | None = None
     """Cluster-wide $/h cap over every service (`gpumix run --budget`)."""
+    observations: dict[ObjectKey, ServiceObservation] = {}
+    """Services with `source: Prometheus` the operator observed this pass; such a service
+    missing here is one it cannot observe (no `--prometheus-url`)."""
 
 
 class InvalidObject(BaseModel):
@@ -96,6 +101,8 @@ class ClusterDecision(BaseModel):
     pool_status: dict[str, GPUPoolStatus]
     services: dict[ObjectKey, ServiceDecision]
     invalid: list[InvalidObject] = []
+    last_good: dict[ObjectKey, ObservedWorkload] = {}
+    """Per observed service, the last good observation to remember for the next pass."""
 
 
 def _key(body: dict[str, Any]) -> ObjectKey:
@@ -165,6 +172,7 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
         key=lambda b: (b.get("metadata", {}).get("creationTimestamp", ""), _key(b)),
     )
     plannable: list[_Candidate] = []
+    workloads: dict[ObjectKey, WorkloadDecision] = {}
     for body in order:
         key = _key(body)
         running = snap.running.get(key, Running())
@@ -174,6 +182,8 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
         except ValidationError as err:
             decisions[key] = _invalid_service(body, err, running, snap.now)
             continue
+        workloads[key] = decide(service.spec.workload, snap.observations.get(key), snap.now)
+        service = with_workload(service, workloads[key].workload)
         prev_status = _status_of(body)
         problem = build_problem(service, pools, profiles, available, per_node)
         excluded = "; ".join(f"{p}: {why}" for p, why in problem.excluded.items())
@@ -226,7 +236,16 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
     for p in pools:
         free = max(0, plannable_gpus(p, statuses[p.name]) - foreign_gpus(p, snap.nodes, snap.pods))
         statuses[p.name] = statuses[p.name].model_copy(update={"available_gpus": free})
-    return ClusterDecision(pool_status=statuses, services=decisions, invalid=invalid)
+    planned = {c.key for c in plannable if decisions[c.key].apply is not None}
+    for key, wd in workloads.items():
+        decisions[key] = annotate(
+            decisions[key], wd, planned=key in planned,
+            generation=decisions[key].status.observed_generation, now=snap.now,
+        )  # fmt: skip
+    last_good = {k: wd.last_good for k, wd in workloads.items() if wd.last_good is not None}
+    return ClusterDecision(
+        pool_status=statuses, services=decisions, invalid=invalid, last_good=last_good
+    )
 
 
 class _Candidate(BaseModel):

@@ -341,7 +341,7 @@ def _status(
             else round(solve_seconds, 4)
         ),
         workload=WorkloadUsed(
-            source="Static",
+            source=wl.source,
             request_rate=wl.request_rate,
             over_provision=wl.over_provision,
             planned_request_rate=planned_rate,
