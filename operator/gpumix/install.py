@@ -58,8 +58,11 @@ RULES: tuple[Rule, ...] = (
          "operator/handlers.py: kopf watches into the in-memory view"),
     Rule("gpumix.io", ("llmservices/status", "gpupools/status"), ("patch",),
          "operator/kube.py: merge patches of the status subresource"),
-    Rule("", ("nodes", "pods"), WATCH,
-         "operator/handlers.py: GPU capacity and allocations for GPUPool status"),
+    Rule("", ("nodes",), WATCH,
+         "operator/handlers.py: GPU capacity for GPUPool status"),
+    Rule("", ("pods",), (*WATCH, "patch"),
+         "operator/handlers.py: GPU allocations for GPUPool status, the KV loop's pods; "
+         "operator/kvtask.py: pod-deletion-cost on the pod the KV scheduler emptied"),
     Rule("apps", ("deployments",), (*WATCH, "create", "patch", "delete"),
          "handlers.py watches (label-selected); kube.py server-side applies (an apply that "
          "creates needs `create`) and deletes the Deployments of pools that shrank to zero"),

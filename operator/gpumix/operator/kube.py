@@ -58,6 +58,10 @@ class KubeWriter:
             GROUP, VERSION, namespace, "llmservices", name, {"status": status}
         )
 
+    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A merge patch of a pod's metadata (the KV loop's pod-deletion-cost annotation)."""
+        self._core.patch_namespaced_pod(name, namespace, patch)
+
     def patch_pool_status(self, name: str, status: dict[str, Any]) -> None:
         self._custom.patch_cluster_custom_object_status(
             GROUP, VERSION, "gpupools", name, {"status": status}

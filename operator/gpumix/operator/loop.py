@@ -22,6 +22,7 @@ from gpumix.reconcile.objects import desired_objects
 from gpumix.render import Owner
 
 log = logging.getLogger("gpumix.planner")
+KV_FIELD = "kvScheduler"
 
 
 def now_rfc3339() -> str:
@@ -125,8 +126,10 @@ class Planner:
             if sd.status.solve_seconds is not None and sd.apply is not None:
                 metrics.SOLVE.observe(sd.status.solve_seconds)
             new = _dump(sd.status)
-            if not _same_status(LLMServiceStatus, body.get("status"), new):
-                old_keys = set((body.get("status") or {}).keys())
+            new.pop(KV_FIELD, None)  # written only by the KV loop (gpumix.operator.kvtask)
+            old = {k: v for k, v in (body.get("status") or {}).items() if k != KV_FIELD}
+            if not _same_status(LLMServiceStatus, old, new):
+                old_keys = set(old.keys())
                 patch: dict[str, Any] = dict.fromkeys(old_keys - new.keys())
                 self._guard("service-status", self.writer.patch_service_status, ns, name,
                             {**patch, **new})  # fmt: skip

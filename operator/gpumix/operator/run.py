@@ -11,6 +11,7 @@ from prometheus_client import start_http_server
 
 from gpumix.operator.handlers import register
 from gpumix.operator.kube import KubeWriter
+from gpumix.operator.kvtask import KvLoop
 from gpumix.operator.loop import Planner
 from gpumix.operator.observing import add_observe_arguments, observer_from_args
 from gpumix.operator.view import ClusterView
@@ -85,6 +86,7 @@ async def _main(args: argparse.Namespace) -> None:
             name="kopf",
         ),
         asyncio.create_task(planner.run(), name="planner"),
+        asyncio.create_task(KvLoop(view, KubeWriter(api)).run(), name="kv-migration"),
     ]
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:

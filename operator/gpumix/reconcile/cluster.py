@@ -47,6 +47,7 @@ from gpumix.reconcile.capacity import (
     pool_status,
 )
 from gpumix.reconcile.conditions import set_condition
+from gpumix.reconcile.kvmigration import planned_targets, reductions
 from gpumix.reconcile.service import (
     EventSpec,
     Running,
@@ -296,6 +297,9 @@ def _joint_instance(
         rate = planned_rate(actual, last if c.running.replicas else None, spec.churn.tolerance)
         name = _demand_name(c.key)
         rates[name] = rate
+        # Replicas the KV scheduler removed still count as running for churn (sticky plans).
+        kv_prev = c.previous.kv_scheduler if c.previous else None
+        kv_back = reductions(spec.kv_migration, kv_prev, planned_targets(c.previous))
         scale = rate / actual if actual > 0 else 1.0
         options = [
             ReplicaOption(
@@ -304,7 +308,7 @@ def _joint_instance(
                 gpus_per_replica=c.problem.choices[gpu.name].gpus_per_replica,
                 cost_per_hour=gpu.cost_per_hour,
                 max_tput=gpu.max_tput,
-                running=c.running.replicas.get(gpu.name, 0),
+                running=c.running.replicas.get(gpu.name, 0) + kv_back.get(gpu.name, 0),
                 fixed=c.running.replicas.get(gpu.name, 0) if gpu.name in c.conflicts else None,
             )
             for gpu in instance.gpus

@@ -29,6 +29,7 @@ from gpumix.plan.joint import ServiceAllocation
 from gpumix.problem import PoolChoice, ServiceProblem, option_key
 from gpumix.reconcile import rollout
 from gpumix.reconcile.conditions import remove_condition, set_condition
+from gpumix.reconcile.kvmigration import reductions
 
 COST_TOLERANCE = 1e-6
 
@@ -160,9 +161,17 @@ def decide_planned(
     target = {p: allocation.counts.get(p, 0) for p in problem.choices}
     for option in conflicts:
         target[option] = running.replicas.get(option, 0)  # an autoscaler owns these replicas
+    # The target is an upper bound: the KV scheduler may run fewer (gpumix.reconcile.kvmigration).
+    kv_status = previous.kv_scheduler if previous else None
+    kv_removed = {
+        p: n
+        for p, n in reductions(spec.kv_migration, kv_status, target).items()
+        if p not in conflicts
+    }
+    run_target = {p: n - kv_removed.get(p, 0) for p, n in target.items()}
     cost = sum(n * problem.choices[p].gpus_per_replica * problem.choices[p].price_per_gpu_hour
                for p, n in target.items())  # fmt: skip
-    staged = rollout.stage(running.replicas, target, running.ready)
+    staged = rollout.stage(running.replicas, run_target, running.ready)
     apply = {p: n for p, n in staged.items() if n > 0 and p not in conflicts}
     delete = sorted(
         running.names.get(p, p) for p, n in staged.items() if n == 0 and p in running.replicas
@@ -184,6 +193,7 @@ def decide_planned(
         allocation_result=allocation,
         planned_rate=planned_rate,
         pool_gpus=pool_gpus,
+        kv_removed=kv_removed,
     )
     events = []
     old = {
@@ -261,6 +271,7 @@ def _status(
     allocation_result: ServiceAllocation,
     planned_rate: float,
     pool_gpus: dict[str, int | None],
+    kv_removed: dict[str, int] | None = None,
 ) -> LLMServiceStatus:
     wl = service.spec.workload
     base_list = []
@@ -292,11 +303,14 @@ def _status(
         if n
     ]
     conds = list(previous.conditions) if previous else []
+    kv_removed = kv_removed or {}
+    run_target = {p: n - kv_removed.get(p, 0) for p, n in target.items()}
     waiting = [
         f"{p} {running.ready.get(p, 0)}/{n} ready"
-        for p, n in sorted(target.items())
+        for p, n in sorted(run_target.items())
         if running.ready.get(p, 0) != n and p not in conflicts
     ]
+    kv_note = f"; the KV scheduler runs {_summary(run_target)}" if kv_removed else ""
 
     def setc(type_: str, status: ConditionStatus, reason: str, message: str) -> None:
         nonlocal conds
@@ -312,7 +326,7 @@ def _status(
     elif waiting:
         setc("Ready", ConditionStatus.FALSE, "RollingOut", "waiting for " + ", ".join(waiting))
     else:
-        setc("Ready", ConditionStatus.TRUE, "Serving", f"{_summary(target)} serving")
+        setc("Ready", ConditionStatus.TRUE, "Serving", f"{_summary(target)} serving{kv_note}")
     if unserved:
         setc("Degraded", ConditionStatus.TRUE, "PartiallyServed",
              "; ".join(allocation_result.reasons))  # fmt: skip
@@ -350,6 +364,7 @@ def _status(
         unserved_fraction=round(allocation_result.unserved_fraction, 4) if unserved else None,
         unserved_reason="; ".join(allocation_result.reasons) if unserved else None,
         pool_shares=_pool_shares(choices, target, pool_gpus),
+        kv_scheduler=previous.kv_scheduler if previous else None,
     )
 
 

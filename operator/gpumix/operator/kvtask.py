@@ -1,0 +1,177 @@
+"""The KV-migration loop (MELL, issue #7 step 5): a task next to the planner loop.
+
+A separate task rather than a step of the planner pass: its cadence is each service's
+`kvMigration.intervalSeconds` (MELL's epoch, seconds) while the planner runs on changes and every
+`--interval`; its I/O is HTTP to every pod, whose timeouts must not hold up a joint solve; and a
+pod that does not answer must not fail the planner's pass. What it decides is pure
+(`gpumix.reconcile.kvmigration`); here: read each live pod's admin listing, issue the migrations
+(`gpumix.operator.kvloop.execute`), annotate the emptied pods with the lowest
+`pod-deletion-cost`, then merge-patch `status.kvScheduler` only. The planner reads `scaledIn` on
+its next pass (the status change is a watch event) and scales the Deployment in, so the
+ReplicaSet removes exactly the annotated pods. Blocking HTTP and API calls run in threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpumix.api import LLMService, LLMServiceStatus
+from gpumix.kvsched import LinkProfile, MigrationProfile
+from gpumix.operator import metrics
+from gpumix.operator.kube import KubeWriter
+from gpumix.operator.kvloop import DRAINED, Post, _post, choose_modes, deletion_cost_patch, execute
+from gpumix.operator.loop import KV_FIELD, now_rfc3339
+from gpumix.operator.view import ClusterView
+from gpumix.profiles.models import model_shape
+from gpumix.reconcile.digest import running_services
+from gpumix.reconcile.kvmigration import (
+    PodSample,
+    decide_pass,
+    live_pods,
+    next_status,
+    sample,
+)
+
+log = logging.getLogger("gpumix.kv")
+
+Fetch = Callable[[str], dict[str, Any]]
+ADMIN_TIMEOUT_S = 2.0
+
+
+def _fetch(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{url}/admin/requests", timeout=ADMIN_TIMEOUT_S) as resp:
+        body: dict[str, Any] = json.loads(resp.read())
+        return body
+
+
+def migration_profile(model: str) -> MigrationProfile:
+    """§V's boundaries without a profiled cluster: NVLink-class links inside a node, 100 Gb/s
+    between nodes, 10k tokens/s re-prefill; the KV size per token from the model's shape."""
+    try:
+        per_token = model_shape(model).kv_bytes_per_token
+    except (KeyError, ValueError):
+        per_token = 512 * 1024  # a 7B model in fp16
+    return MigrationProfile(
+        kv_bytes_per_token=per_token,
+        intra=LinkProfile.constant("intra-node", 150),
+        inter=LinkProfile.constant("network", 12.5),
+        prefill_s=lambda n: n / 10_000,
+    )
+
+
+class KvLoop:
+    def __init__(
+        self,
+        view: ClusterView,
+        writer: KubeWriter,
+        *,
+        fetch: Fetch = _fetch,
+        post: Post = _post,
+        tick_s: float = 1.0,
+    ) -> None:
+        self.view, self.writer = view, writer
+        self.fetch, self.post, self.tick_s = fetch, post, tick_s
+        self._last: dict[tuple[str, str], float] = {}
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            for key, body in list(self.view.objects["services"].items()):
+                try:
+                    service = LLMService.model_validate({**body, "status": None})
+                except ValidationError:
+                    continue  # the planner reports InvalidSpec
+                kv = service.spec.kv_migration
+                if not kv.enabled:
+                    self._last.pop(key, None)
+                    continue
+                now = time.monotonic()
+                if now - self._last.get(key, -1e9) < kv.interval_seconds:
+                    continue
+                self._last[key] = now
+                pods = list(self.view.objects["pods"].values())
+                deployments = list(self.view.objects["deployments"].values())
+                try:
+                    await asyncio.to_thread(self.pass_service, body, service, pods, deployments)
+                except Exception:
+                    metrics.ERRORS.labels(stage="kv").inc()
+                    log.exception("KV pass of %s/%s failed", *key)
+
+    def pass_service(
+        self,
+        body: dict[str, Any],
+        service: LLMService,
+        pods: list[dict[str, Any]],
+        deployments: list[dict[str, Any]],
+    ) -> None:
+        meta = body.get("metadata") or {}
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        try:
+            status = LLMServiceStatus.model_validate(body.get("status") or {})
+        except ValidationError:
+            return
+        if not status.allocation:
+            return  # nothing planned yet
+        groups = live_pods(pods, ns, name)
+        samples: dict[str, PodSample | str] = {}
+        for group in groups.values():
+            for pod in group:
+                if pod.url is None:
+                    samples[pod.name] = "no pod IP or admin-url annotation"
+                    continue
+                try:
+                    samples[pod.name] = sample(pod, self.fetch(pod.url))
+                except Exception as err:  # any failure is "no data"
+                    samples[pod.name] = f"{type(err).__name__}: {err}"
+        running = running_services(deployments).get((ns, name))
+        step = decide_pass(
+            service.spec.kv_migration,
+            status=status,
+            deployment_replicas=running.replicas if running else {},
+            pods=groups,
+            samples=samples,
+            min_replicas=service.spec.min_replicas,
+        )
+        migrated, drained = 0, []
+        profile = migration_profile(service.spec.model.name)
+        for action in step.actions:
+            modes = [c.mode for c in choose_modes(action.decision, action.loads, profile)]
+            try:
+                migrated += execute(action.decision, action.loads, modes, namespace=ns,
+                                    service=name, post=self.post)  # fmt: skip
+            except Exception as err:  # a pod refused: do not remove it
+                metrics.ERRORS.labels(stage="kv-migrate").inc()
+                step.notes.append(f"{action.option}: migration failed ({err}); pod kept")
+                target, removed = step.scaled_in.get(action.option, (0, 0))
+                step.scaled_in[action.option] = (target, removed - len(action.decision.drained))
+                continue
+            for pod_name, patch in deletion_cost_patch(action.decision.drained).items():
+                self.writer.patch_pod(ns, pod_name, patch)
+            drained += action.decision.drained
+            log.info("%s/%s %s: %d migrations, emptied %s", ns, name, action.option,
+                     len(action.decision.moves), ", ".join(action.decision.drained))  # fmt: skip
+        DRAINED.labels(ns, name).set(len(drained))
+        new = next_status(
+            status.kv_scheduler,
+            step.scaled_in,
+            migrations=migrated,
+            drained=drained,
+            now=now_rfc3339(),
+            message="; ".join(step.notes) or None,
+        )
+        dumped = new.model_dump(by_alias=True, mode="json", exclude_none=True)
+        old = (body.get("status") or {}).get(KV_FIELD) or {}
+        if {k: v for k, v in dumped.items() if k != "lastPass"} == {
+            k: v for k, v in old.items() if k != "lastPass"
+        } and not drained:
+            return  # nothing new: no status write every epoch
+        # scaledIn is replaced as a whole (a merge patch replaces lists).
+        self.writer.patch_service_status(ns, name, {KV_FIELD: {**dumped, "message": new.message}})

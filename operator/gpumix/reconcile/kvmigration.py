@@ -1,0 +1,231 @@
+"""Pure decisions of the KV-migration loop (MELL, issue #7 step 5): which pods, when to act, and
+how consolidation and the planner's replica target meet.
+
+**Planner and KV scheduler.** The planner's target per option (pool, plus ``-tp<k>``) is an
+*upper bound*: sized by Mélange for throughput under the SLO. MELL serves the same load with
+fewer pods when their KV caches fit on fewer GPUs, so the KV loop may run fewer: it empties the
+newest pod by migrations, marks it with the lowest ``pod-deletion-cost`` and records
+``status.kvScheduler.scaledIn = [{option, plannedReplicas, removed}]``. The planner applies
+``target - removed`` (never below one replica of an option it plans) while its target for that
+option still equals ``plannedReplicas``; a new target voids the entry (the fresh plan rules, and
+the KV loop may consolidate again), so does disabling ``kvMigration``. The planner is the only
+writer of Deployments; the KV loop is the only writer of ``status.kvScheduler``.
+
+**Scheduling back up.** MELL activates a GPU when a request fits nowhere: when a pod of an option
+with ``removed > 0`` has requests waiting for KV blocks or its KV cache is ≥ ``PRESSURE`` full,
+the loop gives one replica back (``removed - 1``).
+
+**One pool is one MELL cluster.** MELL's system model has homogeneous GPUs (§VI-A), so each
+option's pods are consolidated among themselves, in activation order (oldest first).
+
+**Acting only when settled.** An option is consolidated only when the Deployment runs exactly
+``target - removed`` replicas and that many pods are live (Running, not terminating), so a
+scale-in in progress is never taken for load that moved. No admin data from a pod means the
+option is left alone this pass (no data is never zero load).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumix.api import KvMigration, KvScaleIn, KvSchedulerStatus, LLMServiceStatus
+from gpumix.operator.kvloop import KvDecision, PodLoad, parse_admin_listing, plan_consolidation
+from gpumix.problem import option_key
+from gpumix.render.names import POOL_LABEL, SERVICE_LABEL, TP_LABEL
+
+ADMIN_URL_ANNOTATION = "gpumix.io/admin-url"
+"""Overrides the pod's admin endpoint (`http://<podIP>:ADMIN_PORT`): the hook for a sidecar on
+another address and for the e2e test, which points KWOK pods at `gpumix sim serve` pods."""
+ADMIN_PORT = 8001
+"""The admin contract's port on a pod (gpumix/sim/SERVER.md), served by a vLLM sidecar."""
+PRESSURE = 0.95
+"""KV-cache fill of a pod above which a replica removed by the KV loop is given back."""
+KEEP_DRAINED = 10
+
+
+@dataclass(frozen=True)
+class KvPod:
+    name: str
+    option: str
+    node: str
+    created: str
+    url: str | None
+
+
+@dataclass(frozen=True)
+class PodSample:
+    """One live pod's admin listing: its load for MELL, and whether it is under KV pressure."""
+
+    load: PodLoad
+    used_fraction: float
+    waiting: int
+
+
+@dataclass
+class OptionAction:
+    option: str
+    decision: KvDecision
+    loads: list[PodLoad]
+
+
+@dataclass
+class KvPass:
+    """What one pass does for one service: migrations per option, then the status to write."""
+
+    actions: list[OptionAction] = field(default_factory=list)
+    scaled_in: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """option → (plannedReplicas, removed) after this pass, if the actions succeed."""
+    notes: list[str] = field(default_factory=list)
+
+
+def admin_url(body: Mapping[str, Any], port: int = ADMIN_PORT) -> str | None:
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    override = (meta.get("annotations") or {}).get(ADMIN_URL_ANNOTATION)
+    if override:
+        return str(override).rstrip("/")
+    ip = status.get("podIP")
+    return f"http://{ip}:{port}" if ip else None
+
+
+def live_pods(
+    pods: Iterable[Mapping[str, Any]], namespace: str, service: str
+) -> dict[str, list[KvPod]]:
+    """The service's Running, non-terminating pods per option, oldest first (activation order)."""
+    out: dict[str, list[KvPod]] = {}
+    for body in pods:
+        meta = body.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if meta.get("namespace") != namespace or labels.get(SERVICE_LABEL) != service:
+            continue
+        if meta.get("deletionTimestamp") or (body.get("status") or {}).get("phase") != "Running":
+            continue
+        pool = labels.get(POOL_LABEL)
+        if not pool:
+            continue
+        try:
+            tp = int(labels.get(TP_LABEL, "1"))
+        except ValueError:
+            tp = 1
+        option = option_key(pool, tp)
+        out.setdefault(option, []).append(
+            KvPod(
+                name=meta.get("name", ""),
+                option=option,
+                node=(body.get("spec") or {}).get("nodeName") or "",
+                created=meta.get("creationTimestamp") or "",
+                url=admin_url(body),
+            )
+        )
+    for group in out.values():
+        group.sort(key=lambda p: (p.created, p.name))
+    return out
+
+
+def sample(pod: KvPod, body: dict[str, Any]) -> PodSample:
+    """A pod's `GET /admin/requests` answer → its MELL load and pressure."""
+    load = parse_admin_listing(pod.name, pod.url or "", pod.node, body)
+    blocks = int(body.get("kv_blocks") or 0)
+    used = int(body.get("used_blocks") or 0) / blocks if blocks else 1.0
+    waiting = sum(1 for r in body.get("requests", []) if r.get("state") == "waiting")
+    return PodSample(load=load, used_fraction=used, waiting=waiting)
+
+
+def planned_targets(status: LLMServiceStatus | None) -> dict[str, int]:
+    """The planner's target per option, as its status reports it."""
+    if status is None:
+        return {}
+    return {option_key(a.pool, a.gpus_per_replica): a.replicas for a in status.allocation}
+
+
+def reductions(
+    kv: KvMigration, kv_status: KvSchedulerStatus | None, target: Mapping[str, int]
+) -> dict[str, int]:
+    """Replicas per option the planner leaves out because the KV loop emptied and removed them:
+    only for entries made against the current target, never the last replica of an option."""
+    if not kv.enabled or kv_status is None:
+        return {}
+    out = {}
+    for e in kv_status.scaled_in:
+        planned = target.get(e.option, 0)
+        if e.removed > 0 and planned == e.planned_replicas and planned > 0:
+            out[e.option] = min(e.removed, planned - 1)
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def decide_pass(
+    kv: KvMigration,
+    *,
+    status: LLMServiceStatus | None,
+    deployment_replicas: Mapping[str, int],
+    pods: Mapping[str, Sequence[KvPod]],
+    samples: Mapping[str, PodSample | str],
+    min_replicas: int = 0,
+) -> KvPass:
+    """One pass for one service. `samples`: pod name → its sample, or why there is none."""
+    target = planned_targets(status)
+    removed = reductions(kv, status.kv_scheduler if status else None, target)
+    out = KvPass(scaled_in={o: (target[o], n) for o, n in removed.items()})
+    total = sum(target[o] - removed.get(o, 0) for o in target)
+    budget = kv.max_migrations_per_pass
+    for option in sorted(target):
+        want = target[option] - removed.get(option, 0)
+        group = pods.get(option, [])
+        if target[option] == 0:
+            continue
+        if deployment_replicas.get(option) != want or len(group) != want:
+            out.notes.append(
+                f"{option}: waiting for {want} pods (Deployment "
+                f"{deployment_replicas.get(option, 0)}, live {len(group)})"
+            )
+            continue
+        got = [samples.get(p.name, "not sampled") for p in group]
+        missing = [f"{p.name}: {s}" for p, s in zip(group, got, strict=True) if isinstance(s, str)]
+        if missing:
+            out.notes.append(f"{option}: no KV data ({'; '.join(missing)})")
+            continue
+        loads = [s for s in got if isinstance(s, PodSample)]
+        pressed = [s.load.name for s in loads if s.waiting > 0 or s.used_fraction >= PRESSURE]
+        if pressed:
+            if removed.get(option, 0) > 0:
+                out.scaled_in[option] = (target[option], removed[option] - 1)
+                out.notes.append(f"{option}: KV pressure on {', '.join(pressed)}; one pod back")
+            continue
+        if len(group) < 2 or total <= max(1, min_replicas) or budget <= 0:
+            continue
+        decision = plan_consolidation([s.load for s in loads], max_migrations=budget)
+        if not decision.drained:
+            continue
+        # minReplicas across pools: drain no more pods than the service may lose.
+        room = total - max(1, min_replicas)
+        if len(decision.drained) > room:
+            continue
+        budget -= len(decision.moves)
+        total -= len(decision.drained)
+        out.actions.append(OptionAction(option, decision, [s.load for s in loads]))
+        out.scaled_in[option] = (target[option], removed.get(option, 0) + len(decision.drained))
+    return out
+
+
+def next_status(
+    previous: KvSchedulerStatus | None,
+    scaled_in: Mapping[str, tuple[int, int]],
+    *,
+    migrations: int,
+    drained: Sequence[str],
+    now: str,
+    message: str | None,
+) -> KvSchedulerStatus:
+    prev = previous or KvSchedulerStatus()
+    return KvSchedulerStatus(
+        last_pass=now,
+        migrations=prev.migrations + migrations,
+        drained_pods=[*prev.drained_pods, *drained][-KEEP_DRAINED:],
+        scaled_in=[
+            KvScaleIn(option=o, planned_replicas=p, removed=n)
+            for o, (p, n) in sorted(scaled_in.items())
+            if n > 0
+        ],
+        message=message,
+    )
