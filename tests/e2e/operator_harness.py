@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -47,7 +47,8 @@ class Operator:
     """`gpumix run` against the test cluster, restartable, logs in a file.
 
     Runs with `kubeconfig`/`context` when given (e.g. a service account's token), else with
-    the credentials of `kube`."""
+    the credentials of `kube`; `extra_args` go after the harness's own (e.g.
+    `--prometheus-url`)."""
 
     def __init__(
         self,
@@ -56,8 +57,10 @@ class Operator:
         *,
         kubeconfig: Path | None = None,
         context: str | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.kube, self.log_dir = kube, log_dir
+        self.extra_args = list(extra_args)
         self.kubeconfig = kubeconfig if context else kube.kubeconfig
         self.context = context or kube.context
         self.proc: subprocess.Popen[bytes] | None = None
@@ -71,6 +74,7 @@ class Operator:
                 "--health-port", str(free_port()), "--log-format", "plain"]  # fmt: skip
         if self.kubeconfig is not None:
             args += ["--kubeconfig", str(self.kubeconfig)]
+        args += self.extra_args
         self.log = (self.log_dir / f"operator-{self.runs}.log").open("w")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
 

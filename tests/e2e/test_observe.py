@@ -6,6 +6,7 @@ relabeling produces (namespace, gpumix_io_service, pod), and the test drives tra
 pods' /v1/completions. It checks that the observed rate and histogram follow a change in traffic,
 and that a stopped Prometheus makes the observation "unknown" while the decision keeps the last
 good workload. Prometheus comes from `hack/prometheus install` (the Makefile's `test` runs it).
+The pods, Prometheus and the traffic generator are in observe_harness.py.
 
 Tolerance: arrivals are evenly spaced (no Poisson noise), so a 10 s window holds the sent
 requests ± 1; `rate()` over 1 s scrapes extrapolates to the window edges, which can add or
@@ -15,23 +16,13 @@ sent rate and their ratio within 1.6–2.4 for a doubling.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import threading
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+from observe_harness import PrometheusProcess, Traffic, running_prometheus, sim_pods
 
 from gpumix.api.workload import Workload
 from gpumix.observe import (
@@ -53,162 +44,17 @@ WINDOW_S = 10.0
 PHASE_S = 12.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _prometheus_binary() -> str:
-    path = os.environ.get("GPUMIX_PROMETHEUS") or shutil.which("prometheus")
-    if not path:
-        pytest.fail("no prometheus binary: run hack/prometheus install (make test does)")
-    return path
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-
 @pytest.fixture
 def pods() -> Iterator[list[dict[str, str]]]:
-    """Two simulated a10g vLLM pods at 20× speed (requests finish in a fraction of a second)."""
-    gpumix = Path(sys.executable).with_name("gpumix")
-    proc = subprocess.Popen(
-        [str(gpumix), "sim", "serve", "--model", "meta-llama/Llama-2-7b-hf",
-         "--pods", "a10g=2", "--speed", "20", "--duration", "120"],
-        stdout=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        found = [json.loads(proc.stdout.readline()) for _ in range(2)]
+    """Two simulated a10g vLLM pods (observe_harness.sim_pods)."""
+    with sim_pods("a10g=2") as found:
         yield found
-    finally:
-        _stop(proc)
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-
-class PrometheusProcess:
-    def __init__(self, directory: Path, targets: list[dict[str, str]]) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        static = [
-            {
-                "targets": [t["url"].removeprefix("http://")],
-                "labels": {"namespace": NAMESPACE, "gpumix_io_service": SERVICE, "pod": t["pod"]},
-            }
-            for t in targets
-        ]
-        config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "vllm", "static_configs": static}],
-        }
-        (directory / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
-        self.log = (directory / "prometheus.log").open("wb")
-        self.proc = subprocess.Popen(
-            [_prometheus_binary(), f"--config.file={directory / 'prometheus.yml'}",
-             f"--storage.tsdb.path={directory / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-
-    def wait_ready(self, timeout_s: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "prometheus exited; see prometheus.log"
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r,
-            ):
-                if r.status == 200:
-                    return
-            time.sleep(0.2)
-        raise AssertionError(f"prometheus not ready within {timeout_s} s")
-
-    def wait_scraping(self, targets: int, timeout_s: float = 20.0) -> None:
-        """Until every target has been scraped twice (Prometheus hands discovered targets to the
-        scrapers in 5 s batches, so the first scrape comes a few seconds after readiness)."""
-        query = urllib.parse.quote("count_over_time(up[1m]) >= 2")
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with urllib.request.urlopen(f"{self.url}/api/v1/query?query={query}", timeout=2) as r:
-                if len(json.load(r)["data"]["result"]) == targets:
-                    return
-            time.sleep(0.2)
-        raise AssertionError(f"prometheus did not scrape {targets} targets within {timeout_s} s")
-
-    def stop(self) -> None:
-        _stop(self.proc)
-        self.log.close()
 
 
 @pytest.fixture
 def prometheus(tmp_path: Path, pods: list[dict[str, str]]) -> Iterator[PrometheusProcess]:
-    prom = PrometheusProcess(tmp_path, pods)
-    try:
-        prom.wait_ready()
-        prom.wait_scraping(len(pods))
+    with running_prometheus(tmp_path, pods, namespace=NAMESPACE, service=SERVICE) as prom:
         yield prom
-    finally:
-        prom.stop()
-
-
-class Traffic:
-    """Evenly spaced completions, round-robin over the pods, until stopped or changed."""
-
-    def __init__(self, urls: list[str]) -> None:
-        self.urls = urls
-        self.rate, self.prompt, self.output = 0.0, 1, 1
-        self.sent = 0
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._pool = ThreadPoolExecutor(max_workers=64)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def set(self, rate: float, prompt: int, output: int) -> None:
-        self.rate, self.prompt, self.output = rate, prompt, output
-
-    def _send(self, url: str, prompt: int, output: int) -> None:
-        body = json.dumps({"prompt": [7] * prompt, "max_tokens": output}).encode()
-        req = urllib.request.Request(
-            f"{url}/v1/completions", body, {"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                r.read()
-        except OSError as err:
-            self.errors.append(str(err))
-
-    def _run(self) -> None:
-        next_at = time.monotonic()
-        while not self._stop.is_set():
-            if self.rate <= 0:
-                time.sleep(0.05)
-                next_at = time.monotonic()
-                continue
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            url = self.urls[self.sent % len(self.urls)]
-            self._pool.submit(self._send, url, self.prompt, self.output)
-            self.sent += 1
-            next_at += 1.0 / self.rate
-
-    def __enter__(self) -> Traffic:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _observe(source: PrometheusSource) -> ObservedWorkload | ObservationUnknown:

@@ -164,6 +164,22 @@ def test_deleting_the_service_collects_everything(env: Env) -> None:
     assert configmaps.items == []
 
 
+def test_prometheus_source_without_prometheus_plans_the_spec(env: Env) -> None:
+    """This operator runs without --prometheus-url: the spec's numbers, and the status says why
+    (test_operator_observe.py has the operator with Prometheus)."""
+    body = env.service("chat", 5.5)
+    body["spec"]["workload"]["source"] = "Prometheus"
+    env.apply(body)
+    cond = env.wait_condition("chat", "WorkloadObserved", "False", "PrometheusNotConfigured")
+    assert "gpumix run --prometheus-url URL" in cond["message"]
+    env.wait_condition("chat", "Ready", "True", "Serving", timeout=120)
+    assert env.allocation("chat") == {"a100-80gb": 1, "a10g": 2}  # as Static at 5.5 req/s
+    workload = env.get("chat")["status"]["workload"]
+    assert (workload["source"], workload["origin"], workload["requestRate"]) == (
+        "Prometheus", "spec", 5.5,
+    )  # fmt: skip
+
+
 def test_operator_restart_changes_nothing(env: Env, operator: Operator) -> None:
     env.apply(env.service("chat", 5.5))
     env.wait_condition("chat", "Ready", "True", "Serving", timeout=120)
