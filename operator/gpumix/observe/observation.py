@@ -27,7 +27,7 @@ class UnknownReason(StrEnum):
     """Why nothing could be observed; these are also the condition reasons the operator shows."""
 
     PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
-    QUERY_FAILED = "QueryFailedError"
+    QUERY_FAILED = "QueryFailed"
     NO_TARGETS = "NoScrapeTargets"
     TARGETS_DOWN = "ScrapeTargetsDown"
     NO_SERIES = "NoVLLMMetrics"
