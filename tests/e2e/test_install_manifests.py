@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_kvsched_operator as kv_scenarios
 import test_operator as operator_scenarios
 import yaml
 from operator_harness import SAMPLES, Env, Operator, log_text
@@ -48,6 +49,11 @@ SCENARIOS = (
 )
 for _name in SCENARIOS:
     globals()[_name] = getattr(operator_scenarios, _name)
+# The KV-migration loop patches pods (pod-deletion-cost) and reads their admin endpoints.
+sim_pods = kv_scenarios.sim_pods
+test_kv_scheduler_empties_the_newest_pod_and_removes_exactly_it = (
+    kv_scenarios.test_kv_scheduler_empties_the_newest_pod_and_removes_exactly_it
+)
 
 
 def built_manifests(kube: KubeTarget) -> list[dict[str, Any]]:

@@ -15,8 +15,9 @@ sidecar must implement):
    get `controller.kubernetes.io/pod-deletion-cost: "-1000"` (`deletion_cost_patch`) so that the
    Deployment's scale-in removes exactly them; decisions are counted in Prometheus metrics.
 
-Not yet wired: the `kvMigration` field on LLMService, the call from the planner loop
-(`gpumix.operator.run`), the replica decrement and the status summary (see the issue).
+Wired by `gpumix.operator.kvtask` (the loop, `spec.kvMigration`) and
+`gpumix.reconcile.kvmigration` (when to act, the replica decrement the planner applies, the
+`status.kvScheduler` summary).
 """
 
 from __future__ import annotations
