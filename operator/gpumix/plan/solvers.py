@@ -24,17 +24,25 @@ def highs_available() -> bool:
 
 
 def run(
-    problem: pulp.LpProblem, solver: SolverName, time_limit_s: float, gap_rel: float = 0.0
+    problem: pulp.LpProblem,
+    solver: SolverName,
+    time_limit_s: float,
+    gap_rel: float = 0.0,
+    *,
+    highs_options: dict[str, bool | int | float | str] | None = None,
+    start: dict[str, float] | None = None,
 ) -> SolveResult:
     """Solve ``problem`` in place; fall back from HiGHS to CBC when HiGHS can't answer.
 
-    ``gap_rel`` is the relative MIP gap at which the solver may stop (0 = proven optimum).
+    ``gap_rel`` is the relative MIP gap at which the solver may stop (0 = proven optimum);
+    ``highs_options`` are passed to HiGHS as they are; ``start`` (variable name → value) is a
+    MIP start for HiGHS (both ignored by CBC).
     """
     if solver == "highs":
         if not highs_available():
             result = _run_cbc(problem, time_limit_s, gap_rel)
             return result.model_copy(update={"message": _join("highspy unavailable", result)})
-        result = _run_highs(problem, time_limit_s, gap_rel)
+        result = _run_highs(problem, time_limit_s, gap_rel, highs_options or {}, start)
         if result.status != "error":
             return result
         fallback = _run_cbc(problem, time_limit_s, gap_rel)
@@ -47,10 +55,18 @@ def _join(note: str, result: SolveResult) -> str:
     return f"{note}; {result.message}" if result.message else note
 
 
-def _run_highs(problem: pulp.LpProblem, time_limit_s: float, gap_rel: float) -> SolveResult:
+def _run_highs(
+    problem: pulp.LpProblem,
+    time_limit_s: float,
+    gap_rel: float,
+    options: dict[str, bool | int | float | str],
+    mip_start: dict[str, float] | None = None,
+) -> SolveResult:
     start = time.perf_counter()
     try:
-        problem.solve(pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap_rel))
+        highs = _StartedHiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, **options)
+        highs.mip_start = mip_start
+        problem.solve(highs)
     except pulp.PulpSolverError as exc:
         return _result("highs", "error", objective=None, gap=None, start=start, message=str(exc))
     from highspy import HighsModelStatus  # noqa: PLC0415 - optional until HiGHS is in use
@@ -78,6 +94,26 @@ def _run_highs(problem: pulp.LpProblem, time_limit_s: float, gap_rel: float) -> 
     objective = _objective(problem) if status in ("optimal", "feasible") else None
     gap = float(info.mip_gap) if objective is not None and math.isfinite(info.mip_gap) else None
     return _result("highs", status, objective=objective, gap=gap, start=start, message=description)
+
+
+class _StartedHiGHS(pulp.HiGHS):  # type: ignore[misc]
+    """PuLP's in-process HiGHS, handing HiGHS a MIP start (PuLP 3.3's ``warmStart`` only
+    reaches the ``HiGHS_CMD`` interface)."""
+
+    mip_start: dict[str, float] | None = None
+
+    def callSolver(self, lp: pulp.LpProblem) -> None:  # noqa: N802 - PuLP's name
+        if self.mip_start:
+            from highspy import HighsSolution  # noqa: PLC0415
+
+            solution = HighsSolution()
+            values = [0.0] * lp.solverModel.getNumCol()
+            for var in lp.variables():
+                values[var.index] = self.mip_start.get(var.name, 0.0)
+            solution.col_value = values
+            solution.value_valid = True
+            lp.solverModel.setSolution(solution)
+        super().callSolver(lp)
 
 
 def _run_cbc(problem: pulp.LpProblem, time_limit_s: float, gap_rel: float) -> SolveResult:

@@ -290,8 +290,15 @@ def unserved_expr(
 
 
 def build(
-    instance: JointInstance, *, fractional: bool, partial: bool, prune: bool = True
+    instance: JointInstance,
+    *,
+    fractional: bool,
+    partial: bool,
+    prune: bool = True,
+    routing: bool = True,
 ) -> JointModel:
+    """The compact model; ``routing=False`` leaves out the traffic split (placement and
+    capacity rows): the replica-count master of :mod:`gpumix.plan.joint.benders`."""
     sense = pulp.LpMaximize if fractional else pulp.LpMinimize
     problem = pulp.LpProblem("gpumix_joint", sense)
     pruned = dominated(instance) if prune else set()
@@ -300,7 +307,7 @@ def build(
     if fractional:
         model.alpha = problem.add_variable("alpha", lowBound=0, upBound=ALPHA_CAP)
         model.placement = add_fractional_placement(problem, instance, model.alpha, pruned)
-    else:
+    elif routing:
         model.placement, model.unserved = add_slice_placement(problem, instance, partial, pruned)
     add_capacity(problem, instance, model)
     add_pool_limits(problem, instance, model)

@@ -14,10 +14,14 @@ substitution ``x = α·x_Jiang`` makes the model linear in ``α``.
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass, field
 
 import pulp
 
 from gpumix.plan.errors import InvalidAllocationError, SolverError
+from gpumix.plan.instance import Bucket
+from gpumix.plan.joint import benders
 from gpumix.plan.joint import model as jm
 from gpumix.plan.joint.instance import JointInstance, Objective, Priority
 from gpumix.plan.joint.result import JointAllocation, ServiceAllocation
@@ -25,6 +29,8 @@ from gpumix.plan.joint.validate import validate_joint
 from gpumix.plan.result import SolveResult, SolverName
 from gpumix.plan.solvers import run
 
+FALLBACK_MIN_S = 5.0
+"""Seconds the compact model still gets when the Benders loop gave up near the time limit."""
 STAGE_TOL = 1e-7
 """Relative slack when fixing a stage's optimum for the next stage (solver tolerances)."""
 
@@ -71,9 +77,21 @@ def solve_joint(
 
 
 def _solve(
-    model: jm.JointModel, solver: SolverName, limit: float, gap: float, stages: list[SolveResult]
+    model: jm.JointModel,
+    solver: SolverName,
+    limit: float,
+    gap: float,
+    stages: list[SolveResult],
+    *,
+    feasible_by_construction: bool = False,
 ) -> SolveResult:
     result = run(model.problem, solver, limit, gap)
+    if feasible_by_construction and result.status == "infeasible" and solver == "highs":
+        # HiGHS 1.15 occasionally calls a stage infeasible that has a feasible point by
+        # construction (found by the property tests); CBC answers those correctly.
+        retry = run(model.problem, "cbc", limit, gap)
+        note = "HiGHS reported a feasible-by-construction stage infeasible; solved with CBC"
+        result = retry.model_copy(update={"message": f"{note}; {retry.message}"})
     stages.append(result)
     if result.status not in ("optimal", "feasible", "infeasible"):
         raise SolverError(result)
@@ -104,12 +122,13 @@ def _separately(
         if _solve(model, solver, limit, gap, stages).status == "infeasible":
             return None
         parts.append(_read(alone, model, stages, Objective.MIN_COST))
-    pool_gpus = {p.name: sum(part.pool_gpus[p.name] for part in parts) for p in instance.pools}
-    cost = sum(part.cost_per_hour for part in parts)
-    if any(p.gpus is not None and pool_gpus[p.name] > p.gpus for p in instance.pools):
-        return None
-    if instance.budget_per_hour is not None and cost > instance.budget_per_hour:
-        return None
+        # Stop as soon as the union overflows: the remaining services only add to it.
+        pool_gpus = {p.name: sum(part.pool_gpus[p.name] for part in parts) for p in instance.pools}
+        cost = sum(part.cost_per_hour for part in parts)
+        if any(p.gpus is not None and pool_gpus[p.name] > p.gpus for p in instance.pools):
+            return None
+        if instance.budget_per_hour is not None and cost > instance.budget_per_hour:
+            return None
     stages = [stage for part in parts for stage in part.stages]
     gaps = [r.gap for r in stages if r.gap is not None]
     status = "optimal" if all(r.status == "optimal" for r in stages) else "feasible"
@@ -129,6 +148,38 @@ def _separately(
     )
 
 
+def _full_service(
+    instance: JointInstance,
+    solver: SolverName,
+    limit: float,
+    gap: float,
+    stages: list[SolveResult],
+) -> JointAllocation | None:
+    """The cheapest plan serving everything, ``None`` when none exists.
+
+    On HiGHS through the Benders decomposition (same optimum, far fewer B&B work at scale);
+    the compact model when that is unavailable or gives up.
+    """
+    if solver == "highs" and benders.applicable(instance):
+        start = time.perf_counter()
+        out = benders.solve_benders(instance, limit, gap)
+        if isinstance(out, benders.BendersSolution):
+            stages.append(out.result)
+            values = _Values(counts=out.counts, placement=out.placement)
+            return _read(instance, values, stages, Objective.MIN_COST)
+        if out is not None:  # the master, a relaxation, is infeasible
+            stages.append(out)
+            return None
+        limit = max(limit - (time.perf_counter() - start), min(limit, FALLBACK_MIN_S))
+    model = jm.build(instance, fractional=False, partial=False)
+    cost = jm.cost_expr(instance, model) + jm.churn_expr(instance, model)
+    model.problem.setObjective(cost)
+    result = _solve(model, solver, limit, gap, stages)
+    if result.status == "infeasible":
+        return None
+    return _read(instance, model, stages, Objective.MIN_COST)
+
+
 def _min_cost(
     instance: JointInstance, solver: SolverName, limit: float, gap: float
 ) -> JointAllocation | None:
@@ -139,12 +190,9 @@ def _min_cost(
         if separate is not None:
             return separate
     if not any_unservable:
-        model = jm.build(instance, fractional=False, partial=False)
-        cost = jm.cost_expr(instance, model) + jm.churn_expr(instance, model)
-        model.problem.setObjective(cost)
-        result = _solve(model, solver, limit, gap, stages)
-        if result.status != "infeasible":
-            return _read(instance, model, stages, Objective.MIN_COST)
+        full = _full_service(instance, solver, limit, gap, stages)
+        if full is not None:
+            return full
         if not instance.allow_partial:
             return None
     model = jm.build(instance, fractional=False, partial=True)
@@ -154,13 +202,13 @@ def _min_cost(
             continue
         expr = jm.unserved_expr(instance, model, members)
         model.problem.setObjective(expr)
-        result = _solve(model, solver, limit, gap, stages)
+        result = _solve(model, solver, limit, gap, stages, feasible_by_construction=True)
         if result.status == "infeasible":  # y = 0, u = S is always feasible
             raise SolverError(result.model_copy(update={"message": "degradation stage infeasible"}))
         _fix(model, expr, max(0.0, result.objective or 0.0), f"keep_unserved_{priority.value}")
     cost = jm.cost_expr(instance, model) + jm.churn_expr(instance, model)
     model.problem.setObjective(cost)
-    result = _solve(model, solver, limit, gap, stages)
+    result = _solve(model, solver, limit, gap, stages, feasible_by_construction=True)
     if result.status == "infeasible":
         raise SolverError(result.model_copy(update={"message": "cost stage infeasible"}))
     return _read(instance, model, stages, Objective.MIN_COST)
@@ -186,30 +234,46 @@ def _max_throughput(
     return _read(instance, model, stages, Objective.MAX_THROUGHPUT)
 
 
+@dataclass
+class _Values:
+    """A solution's values, from the compact model or from the Benders decomposition."""
+
+    counts: dict[jm.Key, int]
+    placement: dict[jm.PlaceKey, float]
+    unserved: dict[tuple[int, Bucket], float] = field(default_factory=dict)
+    alpha: float | None = None
+
+
+def _values(model: jm.JointModel) -> _Values:
+    return _Values(
+        counts={k: round(v.value() or 0.0) for k, v in model.counts.items()},
+        placement={k: v.value() or 0.0 for k, v in model.placement.items()},
+        unserved={k: u.value() or 0.0 for k, u in model.unserved.items()},
+        alpha=float(model.alpha.value() or 0.0) if model.alpha is not None else None,
+    )
+
+
 def _read(
     instance: JointInstance,
-    model: jm.JointModel,
+    model: jm.JointModel | _Values,
     stages: list[SolveResult],
     objective: Objective,
 ) -> JointAllocation:
-    alpha = float(model.alpha.value() or 0.0) if model.alpha is not None else None
+    solution = _values(model) if isinstance(model, jm.JointModel) else model
+    alpha = solution.alpha
     services: dict[str, ServiceAllocation] = {}
     pool_gpus = {p.name: 0 for p in instance.pools}
     churn = 0.0
     for si, service in enumerate(instance.services):
         rows, cols = service.shape
         names = [o.name for o in service.options]
-        counts = {
-            n: round(model.counts[si, o].value() or 0.0) if (si, o) in model.counts else 0
-            for o, n in enumerate(names)
-        }
+        counts = {n: solution.counts.get((si, o), 0) for o, n in enumerate(names)}
         share = {n: [[0.0] * cols for _ in range(rows)] for n in names}
         load = dict.fromkeys(names, 0.0)
         unserved = [[0.0] * cols for _ in range(rows)]
-        for (s, b, o), var in model.placement.items():
+        for (s, b, o), raw in solution.placement.items():
             if s != si:
                 continue
-            raw = var.value() or 0.0
             if alpha is None:
                 fraction = raw / service.slice_factor
             else:
@@ -222,9 +286,9 @@ def _read(
             served = 1.0 if alpha is None else alpha  # max-throughput: α times the demand
             load[names[o]] += served * fraction * service.slice_factor * slice_load
         unserved_rate = 0.0
-        for (s, b), u in model.unserved.items():
+        for (s, b), u in solution.unserved.items():
             if s == si:
-                fraction = max(0.0, u.value() or 0.0) / service.slice_factor
+                fraction = min(1.0, max(0.0, u) / service.slice_factor)  # solver tolerance
                 if fraction <= 1e-9:
                     continue
                 unserved[b[0]][b[1]] = fraction
