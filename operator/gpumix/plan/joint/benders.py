@@ -40,7 +40,7 @@ import pulp
 
 from gpumix.plan.instance import Bucket
 from gpumix.plan.joint import model as jm
-from gpumix.plan.joint.instance import JointInstance, ServiceDemand
+from gpumix.plan.joint.instance import JointInstance, PoolLimit, ServiceDemand
 from gpumix.plan.result import SolveResult
 from gpumix.plan.solvers import highs_available, run
 
@@ -148,6 +148,36 @@ class RoutingLP:
         return {pair: max(0.0, float(values[n_o + i])) for i, pair in enumerate(self.pairs)}
 
 
+_HIGHS_INF = 1e30
+"""highspy's infinity (``kHighsInf`` is ``inf``; any bound ≥ 1e20 is infinite to HiGHS)."""
+
+
+def _relaxation(problem: pulp.LpProblem) -> tuple[Any, dict[str, int]]:
+    """``problem``'s LP relaxation as a highspy model, and each variable's column."""
+    import highspy  # noqa: PLC0415 - only on the HiGHS path
+
+    h: Any = cast(Any, highspy).Highs()
+    h.setOptionValue("output_flag", False)
+    variables = problem.variables()
+    column = {v.name: i for i, v in enumerate(variables)}
+    n = len(variables)
+    costs = np.array([float(problem.objective.get(v, 0.0)) for v in variables])
+    lower = np.array([-_HIGHS_INF if v.lowBound is None else float(v.lowBound) for v in variables])
+    upper = np.array([_HIGHS_INF if v.upBound is None else float(v.upBound) for v in variables])
+    h.addCols(n, costs, lower, upper, 0, np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0))
+    for constraint in problem.constraints():
+        items = [(column[v.name], float(a)) for v, a in constraint.items() if a != 0]
+        low, high = constraint.getLb(), constraint.getUb()
+        h.addRow(
+            -_HIGHS_INF if low is None else float(low),
+            _HIGHS_INF if high is None else float(high),
+            len(items),
+            np.array([i for i, _ in items], np.int32),
+            np.array([a for _, a in items]),
+        )
+    return h, column
+
+
 @dataclass
 class BendersSolution:
     counts: dict[jm.Key, int]
@@ -183,16 +213,18 @@ def solve_benders(
         for si, service in enumerate(instance.services)
     }
     cuts = 0
+    lp_solves = 0
+    new_cuts: list[tuple[int, Cut]] = []
     stages: list[SolveResult] = []
     carried: dict[int, set[tuple[float, ...]]] = {si: set() for si in routing}
     """Count vectors already known to carry a service's traffic (not checked again)."""
 
-    def separate(values: dict[jm.Key, float], threshold: float) -> tuple[int, bool] | None:
+    def separate(values: dict[jm.Key, float], threshold: float) -> tuple[int, set[int]] | None:
         """Add the cuts violated at ``values`` by more than ``threshold`` (relative); also say
-        whether ``values`` carry every service's traffic. ``None`` when an overloaded service's
-        cut does not cut at all (numerical trouble: give up rather than loop)."""
+        which services ``values`` leave overloaded. ``None`` when an overloaded service's cut
+        does not cut at all (numerical trouble: give up rather than loop)."""
         nonlocal cuts
-        added, carries = 0, True
+        added, overloaded = 0, set()
         for si, lp in routing.items():
             counts = {o: v for (s, o), v in values.items() if s == si}
             if tuple(counts.values()) in carried[si]:
@@ -201,7 +233,7 @@ def solve_benders(
             if cut is None:
                 carried[si].add(tuple(counts.values()))
                 continue
-            carries = False
+            overloaded.add(si)
             violation = cut.violation(counts)
             if violation <= 0.0:
                 return None
@@ -209,9 +241,10 @@ def solve_benders(
                 continue
             row = pulp.lpSum(mu * master.counts[si, o] for o, mu in cut.coefficients.items())
             master.problem += row >= cut.rhs, f"route_s{si}_c{cuts}"
+            new_cuts.append((si, cut))
             cuts += 1
             added += 1
-        return added, carries
+        return added, overloaded
 
     def solve(integer: bool, gap: float, start: dict[str, float] | None) -> SolveResult | None:
         left = deadline - time.perf_counter()
@@ -245,19 +278,73 @@ def solve_benders(
             start[added.name] = max(0.0, counts[k] - instance.services[k[0]].options[k[1]].running)
         return start
 
-    # LP phase: outer-approximate each service's feasible counts around the LP optimum.
+    def repair(counts: dict[jm.Key, float], overloaded: set[int]) -> dict[jm.Key, float] | None:
+        """``counts`` with the ``overloaded`` services re-planned (compact model) in the pools
+        and budget the other services leave; ``None`` when they do not fit there."""
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return None
+        others = {k: y for k, y in counts.items() if k[0] not in overloaded}
+        used = dict.fromkeys((p.name for p in instance.pools), 0)
+        spent = 0.0
+        for (si, o), y in others.items():
+            option = instance.services[si].options[o]
+            used[option.pool] += round(y) * option.gpus_per_replica
+            spent += y * option.cost_per_hour
+        order = sorted(overloaded)
+        sub = JointInstance(
+            services=[instance.services[si] for si in order],
+            pools=[
+                PoolLimit(
+                    name=p.name, gpus=None if p.gpus is None else max(0, p.gpus - used[p.name])
+                )
+                for p in instance.pools
+            ],
+            budget_per_hour=None
+            if instance.budget_per_hour is None
+            else max(0.0, instance.budget_per_hour - spent),
+            allow_partial=False,
+        )
+        model = jm.build(sub, fractional=False, partial=False)
+        model.problem.setObjective(jm.cost_expr(sub, model) + jm.churn_expr(sub, model))
+        result = run(model.problem, "highs", left, gap_rel)
+        if result.status not in ("optimal", "feasible"):
+            return None
+        out = dict(others)
+        for j, si in enumerate(order):
+            for o in range(len(instance.services[si].options)):
+                if (si, o) in master.counts:
+                    var = model.counts.get((j, o))
+                    out[si, o] = float(round(var.value() or 0.0)) if var is not None else 0.0
+        return out
+
+    # LP phase: outer-approximate each service's feasible counts around the LP optimum, on the
+    # master's LP relaxation held in highspy (cuts appended in place, dual simplex warm starts).
+    relaxation, column = _relaxation(master.problem)
     for _ in range(LP_PHASE_ROUNDS):
-        result = solve(False, gap_rel, None)
-        if result is None or result.solver != "highs":
+        if time.perf_counter() > deadline:
             return None
-        if result.status == "infeasible":
-            return result
-        if result.status != "optimal":
+        relaxation.run()
+        lp_solves += 1
+        status = relaxation.modelStatusToString(relaxation.getModelStatus())
+        if status == "Infeasible":
+            seconds = time.perf_counter() - start
+            return SolveResult(status="infeasible", solver="highs", objective=None, gap=None,
+                               seconds=seconds, message="master LP infeasible")  # fmt: skip
+        if status != "Optimal":
             return None
-        values = {k: float(v.value() or 0.0) for k, v in master.counts.items()}
+        col_value = relaxation.getSolution().col_value
+        values = {k: float(col_value[column[v.name]]) for k, v in master.counts.items()}
+        first = len(new_cuts)
         checked = separate(values, LP_PHASE_VIOLATION)
         if checked is None or not checked[0]:
             break
+        for si, cut in new_cuts[first:]:
+            index = np.array(
+                [column[master.counts[si, o].name] for o in cut.coefficients], np.int32
+            )
+            coefficients = np.array(list(cut.coefficients.values()))
+            relaxation.addRow(cut.rhs, _HIGHS_INF, len(index), index, coefficients)
     # MIP phase: cut the integer solutions that cannot carry their traffic, keep the best that
     # can (the incumbent, also the next solve's MIP start) and stop once it is within
     # ``gap_rel`` of the master's bound. Rounds stop at a loose gap until one carries.
@@ -278,13 +365,20 @@ def solve_benders(
         # The improving solutions HiGHS kept, and its answer (which it does not always keep).
         found = [[float(x) for x in saved.col_value] for saved in highs.getSavedMipSolutions()]
         found.append([float(v.value() or 0.0) for v in variables])
-        for col_value in found:
+        for n, col_value in enumerate(found):
             counts = {k: float(round(col_value[v.index])) for k, v in master.counts.items()}
             checked = separate(counts, SAVED_VIOLATION)
             if checked is None:
                 return None
+            if checked[1] and n == len(found) - 1:
+                # HiGHS's answer overloads a few services: re-plan just those in what the
+                # others leave (a feasible plan, usually close to the master's bound).
+                repaired = repair(counts, checked[1])
+                recheck = separate(repaired, SAVED_VIOLATION) if repaired else None
+                if repaired is not None and recheck is not None and not recheck[1]:
+                    counts, checked = repaired, recheck
             cost = plan_cost(counts)
-            if checked[1] and cost < best_cost:
+            if not checked[1] and cost < best_cost:
                 best_cost, best = cost, counts
         if best is not None and best_cost - bound <= max(gap_rel * abs(best_cost), ABS_GAP):
             break
@@ -306,14 +400,15 @@ def solve_benders(
         "objective": best_cost,
         "gap": gap,
         "seconds": time.perf_counter() - start,
-        "message": f"Benders: {len(stages)} master solves, {cuts} routing cuts; "
+        "message": f"Benders: {lp_solves} master LPs, {len(stages)} master MIPs, "
+        f"{cuts} routing cuts; "
         f"{result.message}",
     })  # fmt: skip
     return BendersSolution(
         counts={k: round(v) for k, v in counts.items()},
         placement=placement,
         result=summary,
-        master_solves=len(stages),
+        master_solves=lp_solves + len(stages),
         cuts=cuts,
         stages=stages,
     )
