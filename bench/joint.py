@@ -17,7 +17,12 @@ demand with no churn penalty (ties still go to the running mix). Churn-aware: Co
 (`gpumix.plan.joint.churn.planned_rate`, tolerance `--tolerance`). Reported: replica changes
 (added + removed over the trace), mean $/h, and both as ratios.
 
-Usage: ``.venv/bin/python bench/joint.py [--json] [--quick] [--steps N] [--gap G]``
+The joint solve is repeated ``--repeats`` times (median reported, each time listed, with the load
+average: the VM is shared); ``--compact`` also times the single compact ILP the Benders
+decomposition replaces (``solve_joint(..., decompose=False)``, once).
+
+Usage: ``.venv/bin/python bench/joint.py [--json] [--quick] [--steps N] [--gap G] [--repeats N]
+[--compact]``
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 import random
 import statistics
 import sys
@@ -117,7 +123,9 @@ def build_services(gpus: list[str], tps: list[int], chosen: list[int]) -> list[S
     return services
 
 
-def scale_bench(quick: bool, gap: float, time_limit: float) -> dict[str, Any]:
+def scale_bench(
+    quick: bool, gap: float, time_limit: float, repeats: int = 3, with_compact: bool = False
+) -> dict[str, Any]:
     chosen = [0, 2, 4] if quick else list(range(len(SERVICES)))
     t0 = time.perf_counter()
     services = build_services(GPUS, TP, chosen)
@@ -129,13 +137,25 @@ def scale_bench(quick: bool, gap: float, time_limit: float) -> dict[str, Any]:
     assert unconstrained is not None
     limits = {g: max(8, math.floor(0.6 * unconstrained.pool_gpus[g])) for g in GPUS}
     inst = free.model_copy(update={"pools": [PoolLimit(name=g, gpus=n) for g, n in limits.items()]})
-    t0 = time.perf_counter()
-    joint = solve_joint(inst, time_limit_s=time_limit, gap_rel=gap)
-    joint_s = time.perf_counter() - t0
-    assert joint is not None
-    t0 = time.perf_counter()
-    seq = solve_sequential(inst, time_limit_s=time_limit)
-    seq_s = time.perf_counter() - t0
+    load_start = os.getloadavg()[0]
+    joint_times, seq_times = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        joint = solve_joint(inst, time_limit_s=time_limit, gap_rel=gap)
+        joint_times.append(time.perf_counter() - t0)
+        assert joint is not None
+        t0 = time.perf_counter()
+        seq = solve_sequential(inst, time_limit_s=time_limit)
+        seq_times.append(time.perf_counter() - t0)
+    joint_s, seq_s = statistics.median(joint_times), statistics.median(seq_times)
+    compact: dict[str, Any] = {}
+    if with_compact:  # the single compact ILP the decomposition replaces (same run, once)
+        t0 = time.perf_counter()
+        plain = solve_joint(inst, time_limit_s=time_limit, gap_rel=gap, decompose=False)
+        assert plain is not None
+        compact = {"compact_s": round(time.perf_counter() - t0, 3),
+                   "compact_status": plain.result.status, "compact_gap": plain.result.gap,
+                   "compact_cost": round(plain.cost_per_hour, 3)}  # fmt: skip
     joint_served = sum(a.unserved_rate == 0 for a in joint.services.values())
     unserved = {n: round(a.unserved_fraction, 4) for n, a in joint.services.items()}
     seq_unserved_rate = sum(s.total_rate for s in services if seq.services[s.name] is None) / sum(
@@ -152,7 +172,11 @@ def scale_bench(quick: bool, gap: float, time_limit: float) -> dict[str, Any]:
         "pool_limits": limits,
         "unconstrained_pool_gpus": unconstrained.pool_gpus,
         "profile_build_s": round(build_s, 3),
+        "repeats": repeats,
+        "load_average_1m": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         "joint_s": round(joint_s, 3),
+        "joint_s_all": [round(t, 3) for t in joint_times],
+        "joint_message": joint.result.message,
         "joint_stages": len(joint.stages),
         "joint_status": joint.result.status,
         "joint_gap": joint.result.gap,
@@ -162,6 +186,7 @@ def scale_bench(quick: bool, gap: float, time_limit: float) -> dict[str, Any]:
         "joint_unserved_by_service": unserved,
         "joint_pool_gpus": joint.pool_gpus,
         "sequential_s": round(seq_s, 3),
+        "sequential_s_all": [round(t, 3) for t in seq_times],
         "sequential_cost": round(seq.cost_per_hour, 3),
         "sequential_served_in_full": seq.served,
         "sequential_unserved_traffic": round(seq_unserved_rate, 4),
@@ -169,6 +194,7 @@ def scale_bench(quick: bool, gap: float, time_limit: float) -> dict[str, Any]:
         "joint_vs_sequential_cost": round(joint.cost_per_hour / seq.cost_per_hour, 4)
         if seq.cost_per_hour
         else None,
+        **compact,
     }
 
 
@@ -252,22 +278,33 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--gap", type=float, default=0.01, help="relative MIP gap (0 = optimal)")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve stage")
+    parser.add_argument("--repeats", type=int, default=3, help="scale solves (median reported)")
+    parser.add_argument(
+        "--compact", action="store_true", help="also time the compact ILP (~15 s, once)"
+    )
     parser.add_argument("--churn-penalty", type=float, default=DEFAULT_CHURN_PENALTY)
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
     args = parser.parse_args()
-    scale = scale_bench(args.quick, args.gap, args.time_limit)
+    scale = scale_bench(args.quick, args.gap, args.time_limit, args.repeats, args.compact)
     steps = 12 if args.quick else args.steps
     churn = churn_bench(steps, args.seed, args.churn_penalty, args.tolerance, args.time_limit)
     print(f"scale: {scale['services']} services × {scale['configurations']} configurations "
           f"({scale['options_generated']} generated after the memory check) × "
           f"{scale['buckets']} buckets; pool limits {scale['pool_limits']}")  # fmt: skip
-    print(f"  joint:      {scale['joint_s']:.3f} s ({scale['joint_status']}, gap "
-          f"{scale['joint_gap']}, {scale['joint_stages']} stages), {scale['joint_cost']:.2f} $/h, "
+    print(f"  joint:      {scale['joint_s']:.3f} s median of {scale['joint_s_all']} "
+          f"({scale['joint_status']}, gap {scale['joint_gap']:.4%}; {scale['joint_message']}), "
+          f"{scale['joint_cost']:.2f} $/h, "
           f"{scale['joint_served_in_full']}/{scale['services']} served in full, "
           f"{100 * scale['joint_unserved_traffic']:.1f}% of traffic unserved")  # fmt: skip
-    print(f"  one by one: {scale['sequential_s']:.3f} s, {scale['sequential_cost']:.2f} $/h, "
+    if "compact_s" in scale:
+        print(f"  compact ILP (no decomposition): {scale['compact_s']:.3f} s "
+              f"({scale['compact_status']}, gap {scale['compact_gap']}), "
+              f"{scale['compact_cost']:.2f} $/h")  # fmt: skip
+    print(f"  one by one: {scale['sequential_s']:.3f} s median of {scale['sequential_s_all']}, "
+          f"{scale['sequential_cost']:.2f} $/h, "
           f"{scale['sequential_served_in_full']}/{scale['services']} served in full, "
           f"{100 * scale['sequential_unserved_traffic']:.1f}% of traffic unserved")  # fmt: skip
+    print(f"  load average (1 min) before/after: {scale['load_average_1m']}")
     print(f"  ratios joint/one-by-one: time {scale['joint_vs_sequential_time']}×, "
           f"cost {scale['joint_vs_sequential_cost']}×")  # fmt: skip
     b, a = churn["baseline"], churn["churn_aware"]

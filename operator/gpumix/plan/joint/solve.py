@@ -52,8 +52,12 @@ def solve_joint(
     solver: SolverName = "highs",
     time_limit_s: float = 30.0,
     gap_rel: float = 0.0,
+    decompose: bool = True,
 ) -> JointAllocation | None:
     """The joint plan; ``None`` only when partial service is off and the demand does not fit.
+
+    ``decompose=False`` solves the full-service stage as one compact ILP instead of through
+    :mod:`gpumix.plan.joint.benders` (same optimum; for comparison and as the reference).
 
     Raises :class:`SolverError` when a stage stops without a solution and
     :class:`InvalidAllocationError` when the answer fails :func:`validate_joint` (a bug).
@@ -67,7 +71,7 @@ def solve_joint(
     if objective is Objective.MAX_THROUGHPUT:
         allocation = _max_throughput(instance, solver, time_limit_s, gap_rel)
     else:
-        allocation = _min_cost(instance, solver, time_limit_s, gap_rel)
+        allocation = _min_cost(instance, solver, time_limit_s, gap_rel, decompose=decompose)
     if allocation is None:
         return None
     problems = validate_joint(instance, allocation)
@@ -162,13 +166,15 @@ def _full_service(
     limit: float,
     gap: float,
     stages: list[SolveResult],
+    *,
+    decompose: bool,
 ) -> JointAllocation | None:
     """The cheapest plan serving everything, ``None`` when none exists.
 
     On HiGHS through the Benders decomposition (same optimum, far fewer B&B work at scale);
     the compact model when that is unavailable or gives up.
     """
-    if solver == "highs" and benders.applicable(instance):
+    if decompose and solver == "highs" and benders.applicable(instance):
         start = time.perf_counter()
         out = benders.solve_benders(instance, limit, gap)
         if isinstance(out, benders.BendersSolution):
@@ -189,18 +195,17 @@ def _full_service(
 
 
 def _min_cost(
-    instance: JointInstance, solver: SolverName, limit: float, gap: float
+    instance: JointInstance, solver: SolverName, limit: float, gap: float, *, decompose: bool
 ) -> JointAllocation | None:
     stages: list[SolveResult] = []
     any_unservable = any(s.unservable() for s in instance.services)
-    if not any_unservable and not (
-        solver == "highs" and benders.applicable(instance) and _coupled(instance)
-    ):
+    decomposed = decompose and solver == "highs" and benders.applicable(instance)
+    if not any_unservable and not (decomposed and _coupled(instance)):
         separate = _separately(instance, solver, limit, gap)
         if separate is not None:
             return separate
     if not any_unservable:
-        full = _full_service(instance, solver, limit, gap, stages)
+        full = _full_service(instance, solver, limit, gap, stages, decompose=decompose)
         if full is not None:
             return full
         if not instance.allow_partial:
