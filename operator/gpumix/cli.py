@@ -20,11 +20,21 @@ from gpumix.plan import (
     UnservableBucketError,
     plan_allocation,
 )
-from gpumix.problem import build_problem
+from gpumix.plan.joint import (
+    JointInstance,
+    JointUnservableError,
+    Objective,
+    PoolLimit,
+    Priority,
+    ReplicaOption,
+    ServiceDemand,
+    solve_joint,
+)
+from gpumix.problem import ServiceProblem, build_problem
 from gpumix.profiles import UnknownGPUTypeError, gpu_type
 from gpumix.profiles.models import model_shape
 from gpumix.profiles.roofline import estimate_profile
-from gpumix.report import plan_json, plan_table
+from gpumix.report import joint_json, joint_table, plan_json, plan_table
 from gpumix.sim import cli as sim_cli
 from gpumix.yamlout import dump_all
 
@@ -118,16 +128,13 @@ def _plan(args: argparse.Namespace) -> int:
     if not services:
         print("error: no LLMService in the input", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if len(services) > 1 or args.objective == "throughput" or args.budget is not None:
+        return _plan_jointly(args, services, pools, profiles, formulation)
     worst = 0
     for service in services:
         problem = build_problem(service, pools, profiles)
         ns = service.metadata.get("namespace", "default")
-        wl = service.spec.workload
-        title = (
-            f"LLMService {ns}/{service.name}: {service.spec.model.name}, "
-            f"TPOT {service.spec.slo.tpot_ms:g} ms, {wl.request_rate:g} req/s"
-            + (f" (+{100 * wl.over_provision:g}% head-room)" if wl.over_provision else "")
-        )
+        title = _title(service)
         for pool, why in problem.excluded.items():
             print(f"note: {service.name}: pool {pool} left out: {why}", file=sys.stderr)
         if problem.instance is None:
@@ -145,6 +152,97 @@ def _plan(args: argparse.Namespace) -> int:
             formulation=formulation,
         )
         worst = max(worst, code)
+    return worst
+
+
+def _title(service: LLMService) -> str:
+    ns = service.metadata.get("namespace", "default")
+    wl = service.spec.workload
+    return (
+        f"LLMService {ns}/{service.name}: {service.spec.model.name}, "
+        f"TPOT {service.spec.slo.tpot_ms:g} ms, {wl.request_rate:g} req/s"
+        + (f" (+{100 * wl.over_provision:g}% head-room)" if wl.over_provision else "")
+    )
+
+
+def _demand(name: str, service: LLMService, problem: ServiceProblem) -> ServiceDemand:
+    """One service of the joint instance, as the operator builds it (nothing running yet)."""
+    instance = problem.instance
+    assert instance is not None
+    spec = service.spec
+    options = [
+        ReplicaOption(
+            name=gpu.name, pool=problem.choices[gpu.name].pool,
+            gpus_per_replica=problem.choices[gpu.name].gpus_per_replica,
+            cost_per_hour=gpu.cost_per_hour, max_tput=gpu.max_tput,
+        )
+        for gpu in instance.gpus
+    ]  # fmt: skip
+    return ServiceDemand(
+        name=name, rates=instance.rates, options=options, slice_factor=instance.slice_factor,
+        priority=Priority.BATCH if spec.priority == "Batch" else Priority.INTERACTIVE,
+        weight=spec.weight, max_replicas=spec.max_replicas,
+        budget_per_hour=spec.budget.max_cost_per_hour if spec.budget else None,
+        input_edges=instance.input_edges, output_edges=instance.output_edges,
+        slo_label=instance.slo_label,
+    )  # fmt: skip
+
+
+def _plan_jointly(
+    args: argparse.Namespace,
+    services: list[LLMService],
+    pools: list[GPUPool],
+    profiles: list[GPUProfile],
+    formulation: Formulation,
+) -> int:
+    """Several LLMServices (or ``--objective``/``--budget``): one joint solve over the pools
+    (their ``maxGPUs`` caps), each service reported with its single-type baselines."""
+    worst = 0
+    demands: list[ServiceDemand] = []
+    titles: dict[str, str] = {}
+    units: dict[str, dict[str, int]] = {}
+    baselines: dict[str, Plan | None] = {}
+    for service in services:
+        problem = build_problem(service, pools, profiles)
+        for pool, why in problem.excluded.items():
+            print(f"note: {service.name}: pool {pool} left out: {why}", file=sys.stderr)
+        if problem.instance is None:
+            print(f"error: {service.name}: no usable GPU pool", file=sys.stderr)
+            worst = EXIT_INFEASIBLE
+            continue
+        name = f"{service.metadata.get('namespace', 'default')}/{service.name}"
+        demands.append(_demand(name, service, problem))
+        titles[name] = _title(service)
+        units[name] = {n: c.gpus_per_replica for n, c in problem.choices.items()}
+        try:
+            baselines[name] = plan_allocation(
+                problem.instance, formulation, solver=args.solver, time_limit_s=args.time_limit
+            )
+        except UnservableBucketError:
+            baselines[name] = None
+    if not demands:
+        return worst
+    instance = JointInstance(
+        services=demands,
+        pools=[PoolLimit(name=p.name, gpus=p.spec.max_gpus) for p in pools],
+        budget_per_hour=args.budget,
+    )
+    objective = Objective.MAX_THROUGHPUT if args.objective == "throughput" else Objective.MIN_COST
+    try:
+        plan = solve_joint(instance, objective, solver=args.solver, time_limit_s=args.time_limit)
+    except JointUnservableError as err:
+        if args.output == "json":
+            print(json.dumps({"status": "unservable", "error": str(err)}))
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    assert plan is not None  # partial service is allowed: there is always a plan
+    if args.output == "json":
+        for name in titles:
+            print(json.dumps({"name": name, **joint_json(plan, name, baselines[name])}))
+    else:
+        print(joint_table(titles, plan, units))
+    if any(a.unserved_rate > 0 for a in plan.services.values()):
+        worst = EXIT_INFEASIBLE
     return worst
 
 
@@ -200,6 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--formulation", choices=[f.value for f in Formulation], default=Formulation.AGGREGATED
     )
     plan.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
+    plan.add_argument(
+        "--objective", choices=["cost", "throughput"], default="cost",
+        help="several services are planned jointly: the cheapest plan serving every demand "
+        "(cost), or the largest common multiple of every demand within --budget (throughput)",
+    )  # fmt: skip
+    plan.add_argument("--budget", type=float, help="cluster-wide cap in $/h (joint plan)")
     plan.set_defaults(func=_plan)
 
     profile = sub.add_parser("profile", help="GPU performance profiles")

@@ -3,6 +3,7 @@
 from typing import Any
 
 from gpumix.plan import Allocation, AllocationInstance, Plan
+from gpumix.plan.joint import JointAllocation
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
@@ -58,4 +59,60 @@ def plan_table(
         saving = plan.savings.get(name)
         note = "" if saving is None else f"  (the mix saves {100 * saving:.1f}%)"
         lines.append(f"    {name:<16}{_counts(base):<20}{base.cost_per_hour:>9.3f} $/h{note}")
+    return "\n".join(lines)
+
+
+def joint_json(plan: JointAllocation, name: str, baselines: Plan | None) -> dict[str, Any]:
+    """One service of a joint plan with `plan_json`'s keys, plus what it leaves unserved and
+    the joint solve it came from (`gpumix plan` with several LLMServices)."""
+    alloc = plan.services[name]
+    result = plan.result
+    status = result.status if alloc.unserved_rate == 0 else "partial"
+    return {
+        "status": status,
+        "allocation": dict(alloc.counts),
+        "cost_per_hour": round(alloc.cost_per_hour, 6),
+        "baselines": {
+            n: (round(b.cost_per_hour, 6) if b else None)
+            for n, b in (baselines.baselines.items() if baselines else [])
+        },
+        "solve_seconds": round(result.seconds, 6),
+        "solver": result.solver,
+        "gap": result.gap,
+        "unserved_fraction": round(alloc.unserved_fraction, 6),
+        "reasons": alloc.reasons,
+        "joint": {
+            "objective": plan.objective.value,
+            "cost_per_hour": round(plan.cost_per_hour, 6),
+            "throughput_scale": plan.throughput_scale,
+            "pool_gpus": plan.pool_gpus,
+        },
+    }
+
+
+def joint_table(
+    titles: dict[str, str], plan: JointAllocation, units: dict[str, dict[str, int]]
+) -> str:
+    """Every service's mix in the joint plan, then the plan's totals."""
+    lines = []
+    for name, title in titles.items():
+        alloc = plan.services[name]
+        lines.append(title)
+        lines.append(f"  {'option':<16}{'replicas':>9}{'GPUs':>6}{'load':>8}")
+        for option, count in alloc.counts.items():
+            if count:
+                gpus = count * units[name].get(option, 1)
+                lines.append(f"  {option:<16}{count:>9}{gpus:>6}{alloc.load[option]:>8.2f}")
+        lines.append(f"  {'$/h':<16}{alloc.cost_per_hour:>23.3f}")
+        if alloc.unserved_rate > 0:
+            lines.append(
+                f"  unserved: {100 * alloc.unserved_fraction:.1f}% ({'; '.join(alloc.reasons)})"
+            )
+    r = plan.result
+    gap = "" if r.gap is None else f", gap {r.gap:.2g}"
+    scale = "" if plan.throughput_scale is None else f", throughput ×{plan.throughput_scale:.3g}"
+    used = ", ".join(f"{p} {g}" for p, g in plan.pool_gpus.items() if g)
+    lines.append(f"joint plan ({plan.objective.value}): {plan.cost_per_hour:.3f} $/h{scale}; "
+                 f"GPUs {used or 'none'}")  # fmt: skip
+    lines.append(f"  solved in {r.seconds:.3f} s ({r.solver}, {r.status}{gap})")
     return "\n".join(lines)

@@ -101,3 +101,46 @@ def test_profile_estimate_unknown_gpu(capsys: pytest.CaptureFixture[str]) -> Non
             "--input-edges", "1,100", "--output-edges", "1,100"]  # fmt: skip
     assert main(args) == 2
     assert "unknown GPU type 'tpu'" in capsys.readouterr().err
+
+
+def _two_services(tmp_path: Path) -> list[str]:
+    chat = yaml.safe_load((EXAMPLES / "chat.yaml").read_text())
+    batch = yaml.safe_load((EXAMPLES / "chat.yaml").read_text())
+    batch["metadata"]["name"] = "chat-batch"
+    batch["spec"]["priority"] = "Batch"
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump_all([chat, batch]))
+    return [str(path), EXAMPLE[1]]
+
+
+def test_several_services_are_planned_jointly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", *_two_services(tmp_path), "--output", "json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["name"] for r in lines] == ["default/chat", "default/chat-batch"]
+    for r in lines:
+        assert {"status", "allocation", "cost_per_hour", "baselines", "solve_seconds"} <= set(r)
+        assert r["status"] == "optimal" and r["unserved_fraction"] == 0
+        assert r["cost_per_hour"] <= min(c for c in r["baselines"].values() if c) + 1e-9
+        assert r["joint"]["objective"] == "min-cost"
+    assert lines[0]["joint"]["cost_per_hour"] == pytest.approx(
+        sum(r["cost_per_hour"] for r in lines)
+    )
+    assert main(["plan", *_two_services(tmp_path)]) == 0
+    assert "joint plan (min-cost)" in capsys.readouterr().out
+
+
+def test_max_throughput_under_a_budget(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", *_two_services(tmp_path), "--output", "json"]
+    assert main([*args, "--objective", "throughput", "--budget", "10"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    joint = lines[0]["joint"]
+    assert joint["objective"] == "max-throughput"
+    assert 0 < joint["throughput_scale"] < 1  # 10 $/h cannot serve both demands in full
+    assert joint["cost_per_hour"] <= 10 + 1e-6
+    # A single service with a budget goes through the joint planner too; keys unchanged.
+    assert main(["plan", *EXAMPLE, "--output", "json", "--budget", "100"]) == 0
+    (single,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {"status", "allocation", "cost_per_hour", "baselines", "solve_seconds"} <= set(single)
+    assert single["status"] == "optimal"
