@@ -23,10 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpumix.api import GPUProfile, LLMService
+from gpumix.api import LLMService
 from gpumix.manifests import (
-    default_pools,  # the pools `gpumix plan` uses without GPUPools
-    load_objects,
+    load_inputs,
 )
 from gpumix.problem import build_problem
 from gpumix.profiles.models import model_shape
@@ -42,15 +41,12 @@ TARGET = 20_000.0
 
 
 def _setup() -> tuple[LLMService, dict[str, list[list[float]]]]:
-    objects = load_objects(
-        [
-            ROOT / "manifests" / "samples" / "chat.yaml",
-            ROOT / "manifests" / "samples" / "profiles-llama-2-7b.yaml",
-        ]
-    )
-    service = next(o for o in objects if isinstance(o, LLMService))
-    profiles = [o for o in objects if isinstance(o, GPUProfile)]
-    problem = build_problem(service, default_pools(profiles), profiles)
+    samples = ROOT / "manifests" / "samples"
+    services, profiles, pools = load_inputs(
+        [samples / "chat.yaml", samples / "profiles-llama-2-7b.yaml"]
+    )  # without GPUPools: the pools `gpumix plan` uses
+    service = services[0]
+    problem = build_problem(service, pools, profiles)
     assert problem.instance is not None
     return service, {g.name: g.max_tput for g in problem.instance.gpus}
 

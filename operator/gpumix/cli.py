@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from gpumix.api import RESOURCES, GPUPool, GPUProfile, LLMService
 from gpumix.api.crdgen import write_crds
 from gpumix.install import write_install_files
-from gpumix.manifests import ManifestError, default_pools, describe, load_objects
+from gpumix.manifests import ManifestError, describe, load_inputs
 from gpumix.melange_config import MelangeConfig
 from gpumix.operator.run import add_parser as add_run_parser
 from gpumix.plan import (
@@ -118,13 +118,10 @@ def _plan(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return EXIT_BAD_INPUT
     try:
-        objects = load_objects(Path(f) for f in args.files)
+        services, profiles, pools = load_inputs(Path(f) for f in args.files)
     except ManifestError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    services = [o for o in objects if isinstance(o, LLMService)]
-    profiles = [o for o in objects if isinstance(o, GPUProfile)]
-    pools = [o for o in objects if isinstance(o, GPUPool)] or default_pools(profiles)
     if not services:
         print("error: no LLMService in the input", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -2,7 +2,7 @@
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from pydantic import ValidationError
@@ -60,6 +60,24 @@ def load_objects(paths: Iterable[Path]) -> list[Resource]:
                 raise ManifestError(f"{path} (document {index + 1}): not a YAML mapping")
             objects.append(parse_object(doc, f"{path} (document {index + 1})"))
     return objects
+
+
+class Inputs(NamedTuple):
+    services: list[LLMService]
+    profiles: list[GPUProfile]
+    pools: list[GPUPool]
+
+
+def load_inputs(paths: Iterable[Path]) -> Inputs:
+    """LLMServices, GPUProfiles and GPUPools from files, as `gpumix plan`/`simulate` take them:
+    without GPUPools, one uncapped pool per profiled GPU type."""
+    objects = load_objects(paths)
+    profiles = [o for o in objects if isinstance(o, GPUProfile)]
+    return Inputs(
+        services=[o for o in objects if isinstance(o, LLMService)],
+        profiles=profiles,
+        pools=[o for o in objects if isinstance(o, GPUPool)] or default_pools(profiles),
+    )
 
 
 def default_pools(profiles: list[GPUProfile]) -> list[GPUPool]:

@@ -7,11 +7,13 @@ The `env` fixture lives in conftest.py and asks for the module's own `operator` 
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -180,3 +182,19 @@ class Env:
 
 def log_text(op: Operator) -> str:
     return "\n".join(log.read_text() for log in sorted(op.log_dir.glob("*.log")))
+
+
+@contextmanager
+def running_operator(kube: KubeTarget, log_dir: Path, **options: Any) -> Iterator[Operator]:
+    """The sample GPUPools and profiles applied and `gpumix run` running for the block
+    (`options` go to `Operator`); its logs are printed when GPUMIX_E2E_SHOW_LOGS=1."""
+    kube.kubectl("apply", "-f", str(SAMPLES / "gpupools.yaml"),
+                 "-f", str(SAMPLES / "profiles-llama-2-7b.yaml"))  # fmt: skip
+    op = Operator(kube, log_dir, **options)
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+        if os.environ.get("GPUMIX_E2E_SHOW_LOGS") == "1":
+            print(log_text(op), file=sys.stderr)

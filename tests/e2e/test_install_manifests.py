@@ -13,8 +13,6 @@ The CRDs are shared with the session (and stay); everything else is deleted afte
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ import pytest
 import test_kvsched_operator as kv_scenarios
 import test_operator as operator_scenarios
 import yaml
-from operator_harness import SAMPLES, Env, Operator, log_text
+from operator_harness import Env, Operator, log_text, running_operator
 from test_install_argocd import health
 
 from gpumix.install import NAME, NAMESPACE, RULES
@@ -97,18 +95,10 @@ def service_account_kubeconfig(kube: KubeTarget, path: Path) -> Path:
 def operator(
     kube: KubeTarget, installed: float, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
-    kube.kubectl("apply", "-f", str(SAMPLES / "gpupools.yaml"),
-                 "-f", str(SAMPLES / "profiles-llama-2-7b.yaml"))  # fmt: skip
     log_dir = tmp_path_factory.mktemp("operator-sa")
     kubeconfig = service_account_kubeconfig(kube, log_dir / "kubeconfig")
-    op = Operator(kube, log_dir, kubeconfig=kubeconfig, context=SA_CONTEXT)
-    op.start()
-    try:
+    with running_operator(kube, log_dir, kubeconfig=kubeconfig, context=SA_CONTEXT) as op:
         yield op
-    finally:
-        op.stop()
-        if os.environ.get("GPUMIX_E2E_SHOW_LOGS") == "1":
-            print(log_text(op), file=sys.stderr)
 
 
 def test_apply_k_runs_the_operator_pod_on_the_cpu_node(kube: KubeTarget, installed: float) -> None:

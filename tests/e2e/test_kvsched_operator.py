@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from operator_harness import SAMPLES, Env, Operator, wait
+from operator_harness import Env, Operator, running_operator, wait
 
 from gpumix.reconcile.kvmigration import ADMIN_URL_ANNOTATION
 from gpumix_e2e import KubeTarget
@@ -30,14 +30,8 @@ MODEL = "meta-llama/Llama-2-7b-hf"
 
 @pytest.fixture(scope="module")
 def operator(kube: KubeTarget, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    kube.kubectl("apply", "-f", str(SAMPLES / "gpupools.yaml"),
-                 "-f", str(SAMPLES / "profiles-llama-2-7b.yaml"))  # fmt: skip
-    op = Operator(kube, tmp_path_factory.mktemp("operator"))
-    op.start()
-    try:
+    with running_operator(kube, tmp_path_factory.mktemp("operator")) as op:
         yield op
-    finally:
-        op.stop()
 
 
 @pytest.fixture

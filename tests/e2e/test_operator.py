@@ -8,16 +8,14 @@ test_install_manifests.py runs these scenarios again under the service account o
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
-from operator_harness import GROUP, SAMPLES, VERSION, Env, Operator, wait
+from operator_harness import GROUP, VERSION, Env, Operator, running_operator, wait
 
 from gpumix_e2e import KubeTarget
 
@@ -26,17 +24,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def operator(kube: KubeTarget, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    kube.kubectl("apply", "-f", str(SAMPLES / "gpupools.yaml"),
-                 "-f", str(SAMPLES / "profiles-llama-2-7b.yaml"))  # fmt: skip
-    op = Operator(kube, tmp_path_factory.mktemp("operator"))
-    op.start()
-    try:
+    with running_operator(kube, tmp_path_factory.mktemp("operator")) as op:
         yield op
-    finally:
-        op.stop()
-        if os.environ.get("GPUMIX_E2E_SHOW_LOGS") == "1":
-            for log in sorted(op.log_dir.glob("*.log")):
-                print(log.read_text(), file=sys.stderr)
 
 
 def test_service_gets_planned_deployments_running_on_their_pools(env: Env) -> None:

@@ -17,8 +17,6 @@ an observed rate is within ~10% of the sent one, and both plans hold within that
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import Any
 
 import pytest
 from observe_harness import Traffic, free_port, running_prometheus, sim_pods
-from operator_harness import SAMPLES, Env, Operator, wait
+from operator_harness import Env, Operator, running_operator, wait
 
 from gpumix_e2e import KubeTarget
 
@@ -46,22 +44,12 @@ def prometheus_port() -> int:
 def operator(
     kube: KubeTarget, tmp_path_factory: pytest.TempPathFactory, prometheus_port: int
 ) -> Iterator[Operator]:
-    kube.kubectl("apply", "-f", str(SAMPLES / "gpupools.yaml"),
-                 "-f", str(SAMPLES / "profiles-llama-2-7b.yaml"))  # fmt: skip
-    op = Operator(
-        kube,
-        tmp_path_factory.mktemp("operator-observe"),
-        extra_args=["--prometheus-url", f"http://127.0.0.1:{prometheus_port}",
-                    "--prometheus-timeout", "2", "--observe-window", str(WINDOW_S)],
-    )  # fmt: skip
-    op.start()
-    try:
+    extra = ["--prometheus-url", f"http://127.0.0.1:{prometheus_port}",
+             "--prometheus-timeout", "2", "--observe-window", str(WINDOW_S)]  # fmt: skip
+    with running_operator(
+        kube, tmp_path_factory.mktemp("operator-observe"), extra_args=extra
+    ) as op:
         yield op
-    finally:
-        op.stop()
-        if os.environ.get("GPUMIX_E2E_SHOW_LOGS") == "1":
-            for log in sorted(op.log_dir.glob("*.log")):
-                print(log.read_text(), file=sys.stderr)
 
 
 def _workload(env: Env) -> dict[str, Any]:

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpumix.api import GPUPool, GPUProfile, LLMService
-from gpumix.manifests import ManifestError, default_pools, load_objects
+from gpumix.api import GPUProfile
+from gpumix.manifests import ManifestError, load_inputs
 from gpumix.profiles import gpu_type
 from gpumix.profiles.models import model_shape
 from gpumix.sim.cluster import PodGroup, build_pods
@@ -79,13 +79,10 @@ def _table(name: str, counts: dict[str, int], r: SimReport) -> str:
 
 def _simulate(args: argparse.Namespace) -> int:
     try:
-        objects = load_objects(Path(f) for f in args.files)
+        services, profiles, pools = load_inputs(Path(f) for f in args.files)
     except ManifestError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    services = [o for o in objects if isinstance(o, LLMService)]
-    profiles = [o for o in objects if isinstance(o, GPUProfile)]
-    pools = [o for o in objects if isinstance(o, GPUPool)] or default_pools(profiles)
     if args.service:
         services = [s for s in services if s.name == args.service]
     if not services:
