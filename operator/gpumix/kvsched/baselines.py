@@ -1,6 +1,6 @@
 """MELL §VIII-B's baselines: BF and WF (placement only) and LB (Llumnix-style load balancing).
 
-Facts from /work/shared/notes/kv-migration-baselines.md (Llumnix, OSDI'24, AlibabaPAI/llumnix):
+Facts from shared/notes/kv-migration-baselines.md (Llumnix, OSDI'24, AlibabaPAI/llumnix):
 
 - **BF / WF**: an arriving request goes to the feasible pod with the least (BF) or most (WF)
   remaining KV; a pod is activated when none fits and released when empty; no migration.

@@ -7,6 +7,7 @@ exactly one type" (constraint (2)); see :mod:`gpumix.plan.aggregated` and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pulp
@@ -70,3 +71,18 @@ def add_capacity(
 def servable_types(instance: AllocationInstance, bucket: Bucket, allowed: list[int]) -> list[int]:
     """Types that may take slices of ``bucket``: MaxTput 0 means the SLO can't be met there."""
     return [k for k in allowed if instance.slice_load(k, bucket) is not None]
+
+
+def build_model(
+    name: str,
+    instance: AllocationInstance,
+    allowed: list[int],
+    add_placement: Callable[[pulp.LpProblem, AllocationInstance, list[int]], Placement],
+) -> Model:
+    """Objective (1), counts (5) and capacity (3) around a formulation's encoding of (2)."""
+    problem = pulp.LpProblem(name, pulp.LpMinimize)
+    counts = add_counts(problem, instance, allowed)
+    add_cost_objective(problem, instance, counts)
+    placement = add_placement(problem, instance, allowed)
+    add_capacity(problem, instance, counts, placement)
+    return Model(problem=problem, counts=counts, placement=placement)

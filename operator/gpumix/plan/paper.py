@@ -10,24 +10,12 @@ from __future__ import annotations
 import pulp
 
 from gpumix.plan.instance import AllocationInstance
-from gpumix.plan.model import (
-    Model,
-    Placement,
-    add_capacity,
-    add_cost_objective,
-    add_counts,
-    servable_types,
-)
+from gpumix.plan.model import Model, Placement, build_model, servable_types
 
 
 def build(instance: AllocationInstance, allowed: list[int]) -> Model:
     """Build the per-slice ILP over the GPU types ``allowed`` (indices into ``instance.gpus``)."""
-    problem = pulp.LpProblem("gpumix_paper", pulp.LpMinimize)
-    counts = add_counts(problem, instance, allowed)
-    add_cost_objective(problem, instance, counts)
-    placement = _add_slice_assignment(problem, instance, allowed)
-    add_capacity(problem, instance, counts, placement)
-    return Model(problem=problem, counts=counts, placement=placement)
+    return build_model("gpumix_paper", instance, allowed, _add_slice_assignment)
 
 
 def _add_slice_assignment(
