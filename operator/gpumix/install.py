@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from gpumix import __version__
+from gpumix.api.crdgen import kustomization_of
 
 NAME = "gpumix"
 NAMESPACE = "gpumix-system"
@@ -249,11 +250,7 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 
 def render_base() -> dict[str, str]:
     files = {name: _dump(docs) for name, docs in base_objects().items()}
-    kustomization = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": list(files),
-    }
+    kustomization = kustomization_of(list(files))
     files["kustomization.yaml"] = HEADER + yaml.safe_dump(kustomization, sort_keys=False)
     return files
 
