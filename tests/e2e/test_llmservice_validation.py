@@ -57,6 +57,29 @@ def _missing_slo(spec: dict[str, Any]) -> None:
     del spec["slo"]
 
 
+def _forecast_without_prometheus(spec: dict[str, Any]) -> None:
+    spec["scaling"] = {"forecast": {"enabled": True}}
+
+
+def _pacing_unknown(spec: dict[str, Any]) -> None:
+    spec["workload"]["source"] = "Prometheus"
+    spec["scaling"] = {"pacing": "Sometimes"}
+
+
+def _calibration_factor_above_one(spec: dict[str, Any]) -> None:
+    spec["workload"]["source"] = "Prometheus"
+    spec["scaling"] = {"calibration": {"correctMaxTput": True, "minFactor": 2}}
+
+
+def _batch_on_interactive(spec: dict[str, Any]) -> None:
+    spec["batch"] = {"deadlineSeconds": 3600}
+
+
+def _batch_deadline_too_short(spec: dict[str, Any]) -> None:
+    spec["priority"] = "Batch"
+    spec["batch"] = {"deadlineSeconds": 10}
+
+
 @pytest.mark.parametrize(
     ("break_spec", "field_path", "detail"),
     [
@@ -79,6 +102,28 @@ def _missing_slo(spec: dict[str, Any]) -> None:
             id="negative-request-rate",
         ),
         pytest.param(_missing_slo, "spec.slo", "Required value", id="missing-slo"),
+        pytest.param(
+            _forecast_without_prometheus,
+            "spec.scaling",
+            "need workload.source: Prometheus",
+            id="forecast-static",
+        ),
+        pytest.param(_pacing_unknown, "spec.scaling.pacing", "Unsupported value", id="pacing"),
+        pytest.param(
+            _calibration_factor_above_one,
+            "spec.scaling.calibration.minFactor",
+            "less than or equal to 1",
+            id="calibration-min-factor",
+        ),
+        pytest.param(
+            _batch_on_interactive, "spec.batch", "batch needs priority: Batch", id="batch-priority"
+        ),
+        pytest.param(
+            _batch_deadline_too_short,
+            "spec.batch.deadlineSeconds",
+            "greater than or equal to 60",
+            id="batch-deadline",
+        ),
     ],
 )
 def test_invalid_llmservice_is_rejected_naming_the_field(

@@ -72,6 +72,25 @@ def test_over_provision_scales_bucket_rates() -> None:
         ({"workload.sliceFactor": 0}, "spec.workload.sliceFactor", "greater than or equal to 1"),
         ({"maxReplicas": 1, "minReplicas": 2}, "spec", "minReplicas (2) must be <= maxReplicas"),
         ({"workload.reqestRate": 4}, "spec.workload.reqestRate", "Extra inputs"),
+        ({"scaling": {"forecast": {"enabled": True}}}, "spec", "need workload.source: Prometheus"),
+        ({"scaling": {"pacing": "Utilisation"}}, "spec", "need workload.source: Prometheus"),
+        ({"scaling": {"pacing": "Sometimes"}}, "spec.scaling.pacing", "'Immediate'"),
+        (
+            {"scaling": {"forecast": {"stepSeconds": 5}}},
+            "spec.scaling.forecast.stepSeconds",
+            "greater than or equal to 15",
+        ),
+        (
+            {"scaling": {"calibration": {"maxFactor": 0.5}}},
+            "spec.scaling.calibration.maxFactor",
+            "greater than or equal to 1",
+        ),
+        ({"batch": {"deadlineSeconds": 3600}}, "spec", "batch needs priority: Batch"),
+        (
+            {"priority": "Batch", "batch": {"backlogRequests": -1}},
+            "spec.batch.backlogRequests",
+            "greater than or equal to 0",
+        ),
     ],
 )
 def test_bad_service_fields_are_named(override: dict[str, Any], field: str, text: str) -> None:

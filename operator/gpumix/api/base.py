@@ -47,7 +47,7 @@ class Resource(ApiModel):
     plural: ClassVar[str]
     scope: ClassVar[Literal["Namespaced", "Cluster"]]
     short_names: ClassVar[tuple[str, ...]] = ()
-    printer_columns: ClassVar[tuple[dict[str, str], ...]] = ()
+    printer_columns: ClassVar[tuple[dict[str, str | int], ...]] = ()
 
     api_version: Literal["gpumix.io/v1alpha1"] = "gpumix.io/v1alpha1"
     kind: str

@@ -79,6 +79,92 @@ class KvMigration(ApiModel):
     )
 
 
+Pacing = Literal["Immediate", "Utilisation", "UtilisationGap"]
+
+
+class Forecast(ApiModel):
+    """SageServe §6.4: a replica takes minutes to start, so plan for the forecast peak of the
+    next horizon (plus a buffer), not for the rate now. The history is Prometheus' own (a range
+    query of the observed request rate), so it survives operator restarts."""
+
+    enabled: bool = Field(default=False, description="Plan for the forecast peak.")
+    horizon_seconds: int = Field(
+        default=3600, ge=60, le=86400, description="How far ahead the plan must hold."
+    )
+    step_seconds: int = Field(
+        default=300, ge=15, le=3600, description="Resolution of the rate history and forecast."
+    )
+    season_seconds: int = Field(
+        default=86400,
+        ge=0,
+        le=604800,
+        description="Length of the traffic's season (a day for diurnal traffic); 0: none. "
+        "Holt-Winters needs two seasons of history, seasonal-naive one, else a naive mean.",
+    )
+    buffer: float = Field(
+        default=0.1, ge=0, le=10, description="Plan for the forecast peak × (1 + buffer)."
+    )
+
+
+class Calibration(ApiModel):
+    """Observed TPOT against what the profile predicts for the plan in force (status
+    `calibration.tpotRatio`); optionally MaxTput is scaled by a bounded, smoothed factor."""
+
+    correct_max_tput: bool = Field(
+        default=False, description="Scale every MaxTput of this service by the learned factor."
+    )
+    min_factor: float = Field(
+        default=0.5, gt=0, le=1, description="Lowest factor (profiles at most 2× too optimistic)."
+    )
+    max_factor: float = Field(
+        default=1.25, ge=1, le=4, description="Highest factor (profiles too pessimistic)."
+    )
+
+
+class Scaling(ApiModel):
+    """How the plan follows the observed workload (all need `workload.source: Prometheus`)."""
+
+    forecast: Forecast = Field(default_factory=Forecast)
+    pacing: Pacing = Field(
+        default="Immediate",
+        description="SageServe §6.5.1: Immediate (LT-I) applies the plan at once; Utilisation "
+        "(LT-U) moves one replica per observation towards it, out only while KV utilisation is "
+        "above 70%, in only below 30%; UtilisationGap (LT-UA) also goes past it in the last "
+        "third of the horizon when the observed rate is 5× (or 0.5×) the forecast.",
+    )
+    calibration: Calibration = Field(default_factory=Calibration)
+
+
+class Batch(ApiModel):
+    """SageServe §3.3, §6.2–6.3: requests that must finish within a deadline, not at once. Served
+    first from the spare capacity of `servedBy`'s replicas (below `spareThreshold` of their
+    planned load); the planner reserves own replicas only for what that spare capacity cannot
+    finish in time: the arrivals (`workload.requestRate`) plus the backlog drained within the
+    deadline."""
+
+    deadline_seconds: int = Field(
+        default=86400, ge=60, le=604800, description="Every request must finish this soon."
+    )
+    served_by: str | None = Field(
+        default=None,
+        min_length=1,
+        description="An Interactive LLMService in this namespace serving the same model, whose "
+        "replicas' spare capacity takes batch work first.",
+    )
+    spare_threshold: float = Field(
+        default=0.6,
+        gt=0,
+        le=1,
+        description="servedBy's replicas take batch work up to this planned utilisation.",
+    )
+    backlog_requests: float | None = Field(
+        default=None,
+        ge=0,
+        description="Requests queued now (set by whatever queues the batch); with source "
+        "Prometheus the pods' waiting requests are added.",
+    )
+
+
 class LLMServiceSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -87,7 +173,22 @@ class LLMServiceSpec(ApiModel):
                     "rule": "!has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
                     "message": "minReplicas must be <= maxReplicas",
                     "fieldPath": ".minReplicas",
-                }
+                },
+                {
+                    "rule": "!has(self.scaling) || self.workload.source == 'Prometheus' || ("
+                    "(!has(self.scaling.forecast) || !self.scaling.forecast.enabled) && "
+                    "(!has(self.scaling.pacing) || self.scaling.pacing == 'Immediate') && "
+                    "(!has(self.scaling.calibration) || "
+                    "!self.scaling.calibration.correctMaxTput))",
+                    "message": "scaling.forecast, scaling.pacing and scaling.calibration need "
+                    "workload.source: Prometheus (they follow the observed workload)",
+                    "fieldPath": ".scaling",
+                },
+                {
+                    "rule": "!has(self.batch) || self.priority == 'Batch'",
+                    "message": "batch needs priority: Batch",
+                    "fieldPath": ".batch",
+                },
             ]
         }
     )
@@ -114,6 +215,8 @@ class LLMServiceSpec(ApiModel):
     budget: Budget | None = Field(default=None, description="A cap on this service's $/h.")
     churn: Churn = Field(default_factory=Churn)
     kv_migration: KvMigration = Field(default_factory=KvMigration)
+    scaling: Scaling = Field(default_factory=Scaling)
+    batch: Batch | None = Field(default=None, description="Deadline and backlog (priority Batch).")
 
     @model_validator(mode="after")
     def _check_replicas(self) -> Self:
@@ -121,6 +224,15 @@ class LLMServiceSpec(ApiModel):
             raise ValueError(
                 f"minReplicas ({self.min_replicas}) must be <= maxReplicas ({self.max_replicas})"
             )
+        sc = self.scaling
+        follows = sc.forecast.enabled or sc.pacing != "Immediate" or sc.calibration.correct_max_tput
+        if follows and self.workload.source != "Prometheus":
+            raise ValueError(
+                "scaling.forecast, scaling.pacing and scaling.calibration need "
+                "workload.source: Prometheus (they follow the observed workload)"
+            )
+        if self.batch is not None and self.priority != "Batch":
+            raise ValueError("batch needs priority: Batch")
         return self
 
 
@@ -194,6 +306,56 @@ class KvSchedulerStatus(ApiModel):
     message: str | None = None
 
 
+class ForecastStatus(ApiModel):
+    method: str = Field(description="holt-winters, seasonal-naive, naive or none (no history).")
+    history_points: int = Field(ge=0, description="Rate samples the forecast was fitted on.")
+    peak_rate: float = Field(description="Forecast peak over the horizon (req/s).")
+    next_rate: float | None = Field(default=None, description="Forecast for the next step.")
+    horizon_seconds: int
+    planned_rate: float = Field(description="max(peak, observed) × (1 + buffer): planned for.")
+
+
+class CalibrationStatus(ApiModel):
+    observed_at: datetime | None = Field(default=None, description="The observation compared.")
+    tpot_ratio: float | None = Field(
+        default=None, description="Observed / profile-predicted TPOT for the plan in force."
+    )
+    predicted_tpot_ms: float | None = None
+    prediction: str | None = Field(
+        default=None, description="exact, at-most or at-least (outside the profile's SLO range)."
+    )
+    max_tput_factor: float = Field(
+        default=1.0, description="MaxTput multiplier learned so far (applied if correctMaxTput)."
+    )
+    message: str | None = None
+
+
+class PacingStatus(ApiModel):
+    mode: str
+    target_summary: str = Field(description="The plan's replicas, e.g. 'a10g=3,l4=1'.")
+    applied_summary: str = Field(description="Replicas applied now on the way there.")
+    last_step_observed_at: datetime | None = Field(
+        default=None, description="Observation that allowed the last step (one step each)."
+    )
+    message: str | None = None
+
+
+class BatchStatus(ApiModel):
+    backlog_requests: float = Field(ge=0, description="Requests queued now.")
+    arrival_rate: float = Field(ge=0, description="Batch requests arriving per second.")
+    deadline_seconds: int
+    served_by: str | None = None
+    spare_rate: float = Field(
+        default=0.0, ge=0, description="Req/s servedBy's replicas take below spareThreshold."
+    )
+    reserved_rate: float = Field(
+        default=0.0, ge=0, description="Req/s this service's own replicas are planned for."
+    )
+    drain_seconds: float | None = Field(
+        default=None, description="When the backlog is empty at the planned rates (estimate)."
+    )
+
+
 class LLMServiceStatus(ApiModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(
@@ -219,6 +381,10 @@ class LLMServiceStatus(ApiModel):
         default_factory=list, description="GPUs this service holds in each pool."
     )
     kv_scheduler: KvSchedulerStatus | None = None
+    forecast: ForecastStatus | None = None
+    calibration: CalibrationStatus | None = None
+    pacing: PacingStatus | None = None
+    batch: BatchStatus | None = None
 
 
 class LLMService(Resource):
@@ -228,13 +394,25 @@ class LLMService(Resource):
     plural: ClassVar[str] = "llmservices"
     scope: ClassVar[Literal["Namespaced", "Cluster"]] = "Namespaced"
     short_names: ClassVar[tuple[str, ...]] = ("llms",)
-    printer_columns: ClassVar[tuple[dict[str, str], ...]] = (
+    printer_columns: ClassVar[tuple[dict[str, str | int], ...]] = (
         {"name": "Ready", "type": "string", "jsonPath": f"{_READY}.status"},
         {"name": "Reason", "type": "string", "jsonPath": f"{_READY}.reason"},
         {"name": "$/h", "type": "number", "jsonPath": ".status.costPerHour"},
         {"name": "Savings%", "type": "number", "jsonPath": ".status.savingsPercent"},
         {"name": "Replicas", "type": "string", "jsonPath": ".status.replicasSummary"},
         {"name": "Unserved", "type": "number", "jsonPath": ".status.unservedFraction"},
+        {
+            "name": "Rate",
+            "type": "number",
+            "jsonPath": ".status.workload.plannedRequestRate",
+            "priority": 1,
+        },
+        {
+            "name": "Backlog",
+            "type": "number",
+            "jsonPath": ".status.batch.backlogRequests",
+            "priority": 1,
+        },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     )
 
