@@ -242,6 +242,12 @@ class PoolAllocation(ApiModel):
     replicas: int = Field(ge=0)
     gpus_per_replica: int = Field(default=1, ge=1)
     cost_per_hour: float = Field(ge=0)
+    load: float | None = Field(
+        default=None,
+        ge=0,
+        description="Traffic the plan places on these replicas, in replicas at full SLO "
+        "capacity (≤ replicas; load ÷ replicas is the planned utilisation).",
+    )
 
 
 class Baseline(ApiModel):

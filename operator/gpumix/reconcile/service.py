@@ -298,6 +298,7 @@ def _status(
             replicas=n,
             gpus_per_replica=choices[p].gpus_per_replica,
             cost_per_hour=round(n * choices[p].gpus_per_replica * choices[p].price_per_gpu_hour, 4),
+            load=round(allocation_result.load.get(p, 0.0), 3),
         )
         for p, n in sorted(target.items())
         if n
