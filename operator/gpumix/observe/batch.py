@@ -80,7 +80,8 @@ def _capacity_until(spare: Sequence[float], step_s: float, t: float) -> float:
 class Reservation:
     extra_rate: float
     """Req/s to reserve beyond the spare capacity (0: the spare suffices)."""
-    extra_replicas: int
+    extra_replicas: int | None
+    """Replicas that carry `extra_rate`; None without a capacity (the planner's ILP sizes them)."""
     binding_deadline_s: float | None
     """The deadline that sets the reservation (None when nothing needs reserving)."""
     overdue_requests: float
@@ -88,8 +89,9 @@ class Reservation:
 
 
 def reserve_for_batch(
-    jobs: Sequence[BatchJob], spare: Sequence[float], step_s: float, capacity_per_replica: float
-) -> Reservation:
+    jobs: Sequence[BatchJob], spare: Sequence[float], step_s: float,
+    capacity_per_replica: float | None = None,
+) -> Reservation:  # fmt: skip
     """The least constant extra rate x with which EDF meets every deadline:
     x = max over deadlines d of (work due by d − spare capacity until d) / d, and the replicas
     that carry it. Jobs already overdue are reported, not reserved for."""
@@ -101,6 +103,8 @@ def reserve_for_batch(
         x = (due - _capacity_until(spare, step_s, job.deadline_s)) / job.deadline_s
         if x > need:
             need, binding = x, job.deadline_s
+    if capacity_per_replica is None:
+        return Reservation(need, None, binding, overdue)
     replicas = math.ceil(need / capacity_per_replica - 1e-9) if need > 0 else 0
     return Reservation(need, replicas, binding, overdue)
 
