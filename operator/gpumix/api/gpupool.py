@@ -74,7 +74,7 @@ class GPUPool(Resource):
     plural: ClassVar[str] = "gpupools"
     scope: ClassVar[Literal["Namespaced", "Cluster"]] = "Cluster"
     short_names: ClassVar[tuple[str, ...]] = ("gpool",)
-    printer_columns: ClassVar[tuple[dict[str, str], ...]] = (
+    printer_columns: ClassVar[tuple[dict[str, str | int], ...]] = (
         {"name": "GPU", "type": "string", "jsonPath": ".spec.gpuType"},
         {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodes"},
         {"name": "Allocatable", "type": "integer", "jsonPath": ".status.allocatableGPUs"},

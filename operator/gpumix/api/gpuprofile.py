@@ -97,7 +97,7 @@ class GPUProfile(Resource):
     plural: ClassVar[str] = "gpuprofiles"
     scope: ClassVar[Literal["Namespaced", "Cluster"]] = "Cluster"
     short_names: ClassVar[tuple[str, ...]] = ("gprof",)
-    printer_columns: ClassVar[tuple[dict[str, str], ...]] = (
+    printer_columns: ClassVar[tuple[dict[str, str | int], ...]] = (
         {"name": "Model", "type": "string", "jsonPath": ".spec.model"},
         {"name": "GPU", "type": "string", "jsonPath": ".spec.gpuType"},
         {"name": "GPUs/replica", "type": "integer", "jsonPath": ".spec.gpusPerReplica"},

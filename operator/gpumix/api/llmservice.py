@@ -87,6 +87,20 @@ class Forecast(ApiModel):
     next horizon (plus a buffer), not for the rate now. The history is Prometheus' own (a range
     query of the observed request rate), so it survives operator restarts."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.seasonSeconds == 0 || "
+                    "self.seasonSeconds <= 1008 * self.stepSeconds",
+                    "message": "seasonSeconds may be at most 1008 steps (e.g. a week at "
+                    "10-minute steps, a day at 5): raise stepSeconds",
+                    "fieldPath": ".seasonSeconds",
+                }
+            ]
+        }
+    )
+
     enabled: bool = Field(default=False, description="Plan for the forecast peak.")
     horizon_seconds: int = Field(
         default=3600, ge=60, le=86400, description="How far ahead the plan must hold."
@@ -104,6 +118,15 @@ class Forecast(ApiModel):
     buffer: float = Field(
         default=0.1, ge=0, le=10, description="Plan for the forecast peak × (1 + buffer)."
     )
+
+    @model_validator(mode="after")
+    def _check_season(self) -> Self:
+        if self.season_seconds > 1008 * self.step_seconds:
+            raise ValueError(
+                "seasonSeconds may be at most 1008 steps (e.g. a week at 10-minute steps, a day "
+                "at 5): raise stepSeconds"
+            )
+        return self
 
 
 class Calibration(ApiModel):
@@ -314,6 +337,7 @@ class KvSchedulerStatus(ApiModel):
 
 class ForecastStatus(ApiModel):
     method: str = Field(description="holt-winters, seasonal-naive, naive or none (no history).")
+    observed_rate: float | None = Field(default=None, description="The rate observed now.")
     history_points: int = Field(ge=0, description="Rate samples the forecast was fitted on.")
     peak_rate: float = Field(description="Forecast peak over the horizon (req/s).")
     next_rate: float | None = Field(default=None, description="Forecast for the next step.")

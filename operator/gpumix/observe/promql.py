@@ -68,6 +68,12 @@ def request_rate(sel: ServiceSelector, window_s: float) -> str:
     return _rate_any(FINISHED, sel, _window(window_s))
 
 
+def rate_history(sel: ServiceSelector, step_s: float) -> str:
+    """The request rate as a range query samples it for forecasting: each point averages the
+    step before it (at least a minute, so that a 15 s scrape interval gives ≥ 4 samples)."""
+    return request_rate(sel, max(60.0, step_s))
+
+
 def backlog_growth(sel: ServiceSelector, window_s: float) -> str:
     """Requests per second by which the pods' queues grew (arrivals not yet finished)."""
     w = _window(window_s)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Protocol
 
 import requests
@@ -40,6 +41,14 @@ class MetricsSource(Protocol):
         ...
 
 
+class RangeSource(MetricsSource, Protocol):
+    def query_range(
+        self, promql: str, start: float, end: float, step_s: float
+    ) -> list[tuple[float, float]]:
+        """(unix time, value) of a one-series range query, oldest first; the same errors."""
+        ...
+
+
 class PrometheusSource:
     """`MetricsSource` over Prometheus' HTTP API. No retries: the planner loop retries on its own
     schedule, and a dead Prometheus must become "unknown" within `timeout_s`, not a minute later.
@@ -65,6 +74,25 @@ class PrometheusSource:
             value = item.get("value") or [0, "NaN"]
             out.append(Sample(labels=dict(item.get("metric", {})), value=float(value[1])))
         return out
+
+    def query_range(
+        self, promql: str, start: float, end: float, step_s: float
+    ) -> list[tuple[float, float]]:
+        """The first series of a range query (the rate history a forecast is fitted on)."""
+        try:
+            raw = self._client.custom_query_range(
+                promql,
+                start_time=datetime.fromtimestamp(start, UTC),
+                end_time=datetime.fromtimestamp(end, UTC),
+                step=f"{max(1, round(step_s))}s",
+            )
+        except PrometheusApiClientException as err:
+            raise QueryFailedError(f"{self.url}: {err}") from err
+        except (requests.RequestException, ValueError) as err:
+            raise MetricsUnavailableError(f"{self.url}: {type(err).__name__}: {err}") from err
+        if not raw:
+            return []
+        return [(float(t), float(v)) for t, v in raw[0].get("values") or []]
 
     def close(self) -> None:
         self._client.close()

@@ -20,10 +20,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpumix.api import LLMService
+from gpumix.api import Forecast, LLMService
 from gpumix.api.workload import Workload
 from gpumix.observe import (
-    MetricsSource,
     ObservationResult,
     ObservationUnknown,
     ObservedWorkload,
@@ -32,6 +31,8 @@ from gpumix.observe import (
     UnknownReason,
     observe_service,
 )
+from gpumix.observe.history import RateHistory, aligned_end, history_points, observe_history
+from gpumix.observe.source import RangeSource
 from gpumix.reconcile.cluster import ObjectKey, Snapshot
 from gpumix.reconcile.workload import ServiceObservation
 
@@ -44,6 +45,7 @@ class _Job:
     workload: Workload
     grid: str
     """What the observation depends on in the spec (edges, prior): a change re-observes."""
+    forecast: Forecast
 
 
 class Observer:
@@ -52,7 +54,7 @@ class Observer:
 
     def __init__(
         self,
-        source: MetricsSource | None,
+        source: RangeSource | None,
         *,
         window_s: float = 300.0,
         refresh_s: float = 30.0,
@@ -61,6 +63,9 @@ class Observer:
         self.window_s, self.refresh_s = window_s, refresh_s
         self._results: dict[ObjectKey, tuple[str, ObservationResult]] = {}
         self.last_good: dict[ObjectKey, ObservedWorkload] = {}
+        self._history: dict[ObjectKey, tuple[str, RateHistory]] = {}
+        """Per service forecasting, the rate history of the current step (and its forecast
+        settings); kept when Prometheus fails, refetched at the next whole step."""
 
     @classmethod
     def from_url(cls, url: str | None, *, timeout_s: float, **kw: Any) -> "Observer":
@@ -79,17 +84,24 @@ class Observer:
             or self._results[j.key][0] != j.grid
             or now - self._results[j.key][1].at >= self.refresh_s
         ]
-        if stale:
-            fresh = await asyncio.to_thread(self._observe, stale, now)
+        histories = [j for j in jobs if j.forecast.enabled and self._history_stale(j, now)]
+        if stale or histories:
+            fresh = await asyncio.to_thread(self._observe, stale, histories, now)
             for job in stale:
                 self._results[job.key] = (job.grid, fresh[job.key])
         keys = {j.key for j in jobs}
-        for gone in set(self._results) - keys:
-            del self._results[gone]
-        for gone in set(self.last_good) - keys:
-            del self.last_good[gone]
+        forecasting = {j.key for j in jobs if j.forecast.enabled}
+        for cache in (self._results, self.last_good):
+            for gone in set(cache) - keys:
+                del cache[gone]
+        for gone in set(self._history) - forecasting:
+            del self._history[gone]
         observations = {
-            k: ServiceObservation(result=self._results[k][1], last_good=self.last_good.get(k))
+            k: ServiceObservation(
+                result=self._results[k][1],
+                last_good=self.last_good.get(k),
+                history=self._history[k][1] if k in self._history else None,
+            )
             for k in sorted(keys)
         }
         return snapshot.model_copy(update={"observations": observations})
@@ -97,11 +109,33 @@ class Observer:
     def remember(self, last_good: dict[ObjectKey, ObservedWorkload]) -> None:
         self.last_good.update(last_good)
 
-    def _observe(self, jobs: list[_Job], now: float) -> dict[ObjectKey, ObservationResult]:
+    def _history_stale(self, job: _Job, now: float) -> bool:
+        held = self._history.get(job.key)
+        settings = job.forecast.model_dump_json()
+        step = job.forecast.step_seconds
+        return held is None or held[0] != settings or held[1].end < aligned_end(now, step)
+
+    def _observe(
+        self, jobs: list[_Job], histories: list[_Job], now: float
+    ) -> dict[ObjectKey, ObservationResult]:
         """Blocking: one service after the other, in the worker thread."""
         assert self.source is not None
         out: dict[ObjectKey, ObservationResult] = {}
         down: ObservationUnknown | None = None
+        for job in histories:
+            fc = job.forecast
+            sel = ServiceSelector(namespace=job.key[0], service=job.key[1])
+            points = history_points(fc.step_seconds, fc.season_seconds, fc.horizon_seconds)
+            got = observe_history(self.source, sel, now=now, step_s=fc.step_seconds, points=points)
+            if isinstance(got, RateHistory):
+                self._history[job.key] = (fc.model_dump_json(), got)
+                log.info("%s: rate history of %d points", "/".join(job.key), got.points)
+            else:
+                log.warning("%s: no rate history (%s): %s", "/".join(job.key), got.reason.value,
+                            got.message)  # fmt: skip
+                if got.reason == UnknownReason.PROMETHEUS_UNAVAILABLE:
+                    down = got
+                    break
         for job in jobs:
             if down is not None:
                 out[job.key] = down
@@ -135,7 +169,8 @@ def _jobs(services: list[dict[str, Any]]) -> list[_Job]:
         meta = body.get("metadata", {})
         wl = service.spec.workload
         grid = wl.model_dump_json(include={"input_edges", "output_edges", "histogram"})
-        jobs.append(_Job((meta.get("namespace", ""), meta.get("name", "")), wl, grid))
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        jobs.append(_Job(key, wl, grid, service.spec.scaling.forecast))
     return jobs
 
 

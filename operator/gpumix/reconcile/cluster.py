@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gpumix.api import (
     ConditionStatus,
+    ForecastStatus,
     GPUPool,
     GPUPoolStatus,
     GPUProfile,
@@ -38,6 +39,8 @@ from gpumix.plan.joint import (
 )
 from gpumix.plan.joint.churn import planned_rate
 from gpumix.problem import ServiceProblem, build_problem
+from gpumix.reconcile.batch import BatchPlan, annotate_batch, plan_batch
+from gpumix.reconcile.calibration import calibrate, factor_of, scaled
 from gpumix.reconcile.capacity import (
     NodeInfo,
     PodInfo,
@@ -48,6 +51,7 @@ from gpumix.reconcile.capacity import (
 )
 from gpumix.reconcile.conditions import set_condition
 from gpumix.reconcile.kvmigration import planned_targets, reductions
+from gpumix.reconcile.scaling import observed, pacing_input, with_forecast
 from gpumix.reconcile.service import (
     EventSpec,
     Running,
@@ -55,7 +59,13 @@ from gpumix.reconcile.service import (
     _keep,
     decide_planned,
 )
-from gpumix.reconcile.workload import ServiceObservation, annotate, decide, with_workload
+from gpumix.reconcile.workload import (
+    ServiceObservation,
+    annotate,
+    decide,
+    parse_time,
+    with_workload,
+)
 from gpumix.render import deployment_name
 
 GAP_REL = 0.01
@@ -174,6 +184,8 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
     )
     plannable: list[_Candidate] = []
     workloads: dict[ObjectKey, WorkloadDecision] = {}
+    forecasts: dict[ObjectKey, ForecastStatus | None] = {}
+    batches: dict[ObjectKey, BatchPlan] = {}
     for body in order:
         key = _key(body)
         running = snap.running.get(key, Running())
@@ -183,10 +195,18 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
         except ValidationError as err:
             decisions[key] = _invalid_service(body, err, running, snap.now)
             continue
-        workloads[key] = decide(service.spec.workload, snap.observations.get(key), snap.now)
+        observation = snap.observations.get(key)
+        decision = decide(service.spec.workload, observation, snap.now)
+        workloads[key], forecasts[key] = with_forecast(service.spec, decision, observation)
         service = with_workload(service, workloads[key].workload)
+        if service.spec.batch is not None:  # own replicas beyond servedBy's spare: batch.py
+            own = build_problem(service, pools, profiles, available, per_node)
+            batches[key] = plan_batch(service, own, snap.services, snap.observations.get(key))
+            service = with_workload(service, batches[key].workload)
         prev_status = _status_of(body)
         problem = build_problem(service, pools, profiles, available, per_node)
+        prev_cal = prev_status.calibration if prev_status is not None else None
+        problem = scaled(problem, factor_of(service.spec.scaling.calibration, prev_cal))
         excluded = "; ".join(f"{p}: {why}" for p, why in problem.excluded.items())
         reason = _unplannable(problem, excluded)
         if reason is not None:
@@ -223,15 +243,34 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
                 )  # fmt: skip
         else:
             assert plan is not None  # partial service is on: never infeasible
+            by_name = {p.name: p.spec for p in profiles}
             for c in plannable:
                 name = _demand_name(c.key)
-                decisions[c.key] = decide_planned(
+                observation = snap.observations.get(c.key)
+                pacing = pacing_input(
+                    c.service.spec, observation, forecasts[c.key], parse_time(snap.now)
+                )
+                sd = decide_planned(
                     c.service, generation=c.generation, problem=c.problem,
                     allocation=plan.services[name], planned_rate=rates[name],
                     running=c.running, previous=c.previous, conflicts=c.conflicts,
                     pool_gpus=dict(available), solve_seconds=plan.result.seconds,
-                    now=snap.now, time_limit_s=snap.time_limit_s,
+                    now=snap.now, time_limit_s=snap.time_limit_s, pacing=pacing,
                 )  # fmt: skip
+                target = sd.target or {}
+                calibration = calibrate(
+                    c.service.spec.scaling.calibration,
+                    c.previous.calibration if c.previous is not None else None,
+                    observed(observation), problem=c.problem, profiles=by_name,
+                    grid=c.service.spec.workload, counts=target,
+                    share=plan.services[name].share,
+                    steady=all(c.running.ready.get(o, 0) == n == c.running.replicas.get(o, 0)
+                               for o, n in target.items()),
+                )  # fmt: skip
+                status = sd.status.model_copy(
+                    update={"forecast": forecasts[c.key], "calibration": calibration}
+                )
+                decisions[c.key] = sd.model_copy(update={"status": status})
             for name, gpus in plan.pool_gpus.items():
                 statuses[name] = statuses[name].model_copy(update={"planned_gpus": gpus})
     for p in pools:
@@ -243,6 +282,8 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
             decisions[key], wd, planned=key in planned,
             generation=decisions[key].status.observed_generation, now=snap.now,
         )  # fmt: skip
+    for key in planned:  # status.batch and DeadlineOnTrack: gpumix.reconcile.batch
+        decisions[key] = annotate_batch(decisions[key], batches.get(key), now=snap.now)
     last_good = {k: wd.last_good for k, wd in workloads.items() if wd.last_good is not None}
     return ClusterDecision(
         pool_status=statuses, services=decisions, invalid=invalid, last_good=last_good

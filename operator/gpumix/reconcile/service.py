@@ -30,6 +30,7 @@ from gpumix.problem import PoolChoice, ServiceProblem, option_key
 from gpumix.reconcile import rollout
 from gpumix.reconcile.conditions import remove_condition, set_condition
 from gpumix.reconcile.kvmigration import reductions
+from gpumix.reconcile.pacing import LABEL, PacingInput, pace
 
 COST_TOLERANCE = 1e-6
 
@@ -153,8 +154,11 @@ def decide_planned(
     solve_seconds: float,
     now: str,
     time_limit_s: float = 30.0,
+    pacing: PacingInput | None = None,
 ) -> ServiceDecision:
-    """Turn this service's part of the joint plan into what to apply now and its status."""
+    """Turn this service's part of the joint plan into what to apply now and its status;
+    `pacing` (SageServe §6.5.1, `gpumix.reconcile.pacing`) may hold the replicas short of (or,
+    LT-UA, past) the plan's target for now."""
     spec = service.spec
     excluded = "; ".join(f"{p}: {why}" for p, why in problem.excluded.items())
     assert problem.instance is not None
@@ -169,6 +173,16 @@ def decide_planned(
         if p not in conflicts
     }
     run_target = {p: n - kv_removed.get(p, 0) for p, n in target.items()}
+    note = f"; the KV scheduler runs {_summary(run_target)}" if kv_removed else ""
+    pacing_status = None
+    if pacing is not None:
+        paced, pacing_status = pace(
+            pacing, run_target, running.replicas, previous.pacing if previous else None
+        )
+        paced = {p: run_target[p] if p in conflicts else n for p, n in paced.items()}
+        if paced != run_target:
+            note += f"; pacing ({LABEL[pacing.mode]}) runs {_summary(paced)} for now"
+        run_target = paced
     cost = sum(n * problem.choices[p].gpus_per_replica * problem.choices[p].price_per_gpu_hour
                for p, n in target.items())  # fmt: skip
     staged = rollout.stage(running.replicas, run_target, running.ready)
@@ -193,8 +207,9 @@ def decide_planned(
         allocation_result=allocation,
         planned_rate=planned_rate,
         pool_gpus=pool_gpus,
-        kv_removed=kv_removed,
-    )
+        applied=run_target,
+        note=note,
+    ).model_copy(update={"pacing": pacing_status})
     events = []
     old = {
         a_key(a.pool, a.gpus_per_replica): a.replicas
@@ -271,7 +286,8 @@ def _status(
     allocation_result: ServiceAllocation,
     planned_rate: float,
     pool_gpus: dict[str, int | None],
-    kv_removed: dict[str, int] | None = None,
+    applied: dict[str, int] | None = None,
+    note: str = "",
 ) -> LLMServiceStatus:
     wl = service.spec.workload
     base_list = []
@@ -304,14 +320,12 @@ def _status(
         if n
     ]
     conds = list(previous.conditions) if previous else []
-    kv_removed = kv_removed or {}
-    run_target = {p: n - kv_removed.get(p, 0) for p, n in target.items()}
+    run_target = applied if applied is not None else target
     waiting = [
         f"{p} {running.ready.get(p, 0)}/{n} ready"
         for p, n in sorted(run_target.items())
         if running.ready.get(p, 0) != n and p not in conflicts
     ]
-    kv_note = f"; the KV scheduler runs {_summary(run_target)}" if kv_removed else ""
 
     def setc(type_: str, status: ConditionStatus, reason: str, message: str) -> None:
         nonlocal conds
@@ -327,7 +341,7 @@ def _status(
     elif waiting:
         setc("Ready", ConditionStatus.FALSE, "RollingOut", "waiting for " + ", ".join(waiting))
     else:
-        setc("Ready", ConditionStatus.TRUE, "Serving", f"{_summary(target)} serving{kv_note}")
+        setc("Ready", ConditionStatus.TRUE, "Serving", f"{_summary(target)} serving{note}")
     if unserved:
         setc("Degraded", ConditionStatus.TRUE, "PartiallyServed",
              "; ".join(allocation_result.reasons))  # fmt: skip

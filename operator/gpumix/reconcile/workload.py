@@ -25,6 +25,7 @@ from gpumix.observe import (
     WorkloadDecision,
     decide_workload,
 )
+from gpumix.observe.history import RateHistory
 from gpumix.reconcile.conditions import condition, remove_condition, set_condition
 from gpumix.reconcile.service import EventSpec, ServiceDecision
 
@@ -46,6 +47,8 @@ class ServiceObservation(BaseModel):
     result: ObservationResult
     last_good: ObservedWorkload | None = None
     """The last good observation the operator remembers (from earlier passes)."""
+    history: RateHistory | None = None
+    """The request-rate history for forecasting (services with `scaling.forecast`)."""
 
 
 def parse_time(rfc3339: str) -> float:

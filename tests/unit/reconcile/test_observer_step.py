@@ -1,6 +1,7 @@
 """The planner pass's observation step (gpumix.operator.observing) with a fake MetricsSource."""
 
 import asyncio
+import math
 import threading
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from .test_cluster_pass import service, snap
 class Source:
     def __init__(self) -> None:
         self.queries: list[str] = []
+        self.ranges: list[tuple[str, float, float, float]] = []
         self.error: Exception | None = None
 
     def query(self, q: str) -> list[Sample]:
@@ -31,6 +33,14 @@ class Source:
         if self.error is not None:
             raise self.error
         return []  # no scrape targets: unknown, never zero
+
+    def query_range(
+        self, q: str, start: float, end: float, step_s: float
+    ) -> list[tuple[float, float]]:
+        self.ranges.append((q, start, end, step_s))
+        if self.error is not None:
+            raise self.error
+        return [(end - step_s, 2.0), (end, 3.0)]  # only the last two steps have data
 
 
 def prometheus(name: str) -> dict[str, Any]:
@@ -110,3 +120,45 @@ def test_run_flags(flag: list[str]) -> None:
     observer = observer_from_args(args)
     assert (observer.source is None) == (not flag)
     assert (observer.window_s, observer.refresh_s) == (300.0, 8.0)
+
+
+def forecasting(name: str, step: int = 300) -> dict[str, Any]:
+    body = prometheus(name)
+    body["spec"]["scaling"] = {"forecast": {"enabled": True, "stepSeconds": step}}
+    return body
+
+
+def test_rate_history_is_fetched_for_forecasting_services_once_per_step() -> None:
+    source = Source()
+    observer = Observer(source, refresh_s=0)
+    s = attach(observer, forecasting("chat"), prometheus("plain"))
+    assert len(source.ranges) == 1
+    promql, start, end, step = source.ranges[0]
+    assert 'gpumix_io_service="chat"' in promql
+    assert step == 300 and end % 300 == 0 and end <= time.time()
+    assert (end - start) / step + 1 == 576  # two seasons (days) of 5-minute steps
+    history = s.observations[("default", "chat")].history
+    assert history is not None and history.points == 2
+    assert history.values[-2:] == (2.0, 3.0)
+    assert math.isnan(history.values[0])  # no data is NaN, never 0
+    assert s.observations[("default", "plain")].history is None
+    attach(observer, forecasting("chat"), prometheus("plain"))
+    assert len(source.ranges) == 1  # same step: the history is reused
+    attach(observer, forecasting("chat", step=600))
+    assert len(source.ranges) == 2  # new settings: fetched again
+
+
+def test_history_survives_an_unreachable_prometheus() -> None:
+    source = Source()
+    observer = Observer(source, refresh_s=0)
+    first = attach(observer, forecasting("chat")).observations[("default", "chat")]
+    source.error = MetricsUnavailableError("refused")
+    time.sleep(0.01)
+    observer._history[("default", "chat")] = (
+        observer._history[("default", "chat")][0],
+        first.history.model_copy(update={"end": 0.0}),  # type: ignore[union-attr]
+    )  # stale: the next pass refetches, and fails
+    kept = attach(observer, forecasting("chat")).observations[("default", "chat")]
+    assert len(source.ranges) == 2
+    assert kept.history is not None and kept.history.values == first.history.values  # type: ignore[union-attr]
+    assert kept.result.reason == UnknownReason.PROMETHEUS_UNAVAILABLE  # type: ignore[union-attr]
