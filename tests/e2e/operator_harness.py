@@ -68,11 +68,14 @@ class Operator:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log: IO[str] | None = None
         self.runs = 0
+        self.metrics_port = 0
+        """The operator's Prometheus metrics port (set by `start`)."""
 
     def start(self) -> None:
         self.runs += 1
+        self.metrics_port = free_port()
         args = [sys.executable, "-m", "gpumix.cli", "run", "--context", self.context,
-                "--interval", "5", "--bind", "127.0.0.1", "--metrics-port", str(free_port()),
+                "--interval", "5", "--bind", "127.0.0.1", "--metrics-port", str(self.metrics_port),
                 "--health-port", str(free_port()), "--log-format", "plain"]  # fmt: skip
         if self.kubeconfig is not None:
             args += ["--kubeconfig", str(self.kubeconfig)]

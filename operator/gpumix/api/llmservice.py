@@ -298,6 +298,16 @@ class WorkloadUsed(ApiModel):
     observed_at: datetime | None = Field(
         default=None, description="When the observation used was made (RFC 3339)."
     )
+    observed_rate: float | None = Field(
+        default=None,
+        description="The request rate observed then (requestRate may be above it: forecast, "
+        "batch reservation). After an operator restart with Prometheus down, this is the last "
+        "good observation planned with, not the spec.",
+    )
+    observed_histogram: list[list[float]] | None = Field(
+        default=None,
+        description="The observed joint shares on the spec's edges (kept for restarts too).",
+    )
     ttft_seconds: float | None = Field(
         default=None, description="Observed mean time to first token (seconds)."
     )

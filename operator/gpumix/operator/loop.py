@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpumix.api import GPUPool, GPUPoolStatus, LLMService, LLMServiceStatus
+from gpumix.observe import CONDITION_TYPE as OBSERVED_CONDITION
 from gpumix.operator import metrics
 from gpumix.operator.kube import KubeWriter
 from gpumix.operator.observing import Observer
@@ -40,6 +41,25 @@ def _same_status(
         return _dump(model.model_validate(old or {})) == new
     except ValidationError:
         return False
+
+
+def _observation_metrics(ns: str, name: str, status: LLMServiceStatus) -> None:
+    """What the planner saw and learnt of a service, for dashboards next to vLLM's metrics."""
+    labels = {"namespace": ns, "service": name}
+    observed = next((c for c in status.conditions if c.type == OBSERVED_CONDITION), None)
+    gauges: list[tuple[Any, float | None]] = [
+        (metrics.OBSERVED, None if observed is None else float(observed.status == "True")),
+        (metrics.PLANNED_RATE, status.workload.request_rate if status.workload else None),
+        (metrics.OBSERVED_RATE, status.workload.observed_rate if status.workload else None),
+        (metrics.FORECAST_PEAK, status.forecast.peak_rate if status.forecast else None),
+        (metrics.TPOT_RATIO, status.calibration.tpot_ratio if status.calibration else None),
+        (metrics.MAXTPUT_FACTOR,
+         status.calibration.max_tput_factor if status.calibration else None),
+        (metrics.BACKLOG, status.batch.backlog_requests if status.batch else None),
+    ]  # fmt: skip
+    for gauge, value in gauges:
+        if value is not None:
+            gauge.labels(**labels).set(value)
 
 
 class Planner:
@@ -125,6 +145,7 @@ class Planner:
                 metrics.COST.labels(namespace=ns, service=name).set(sd.status.cost_per_hour)
             if sd.status.solve_seconds is not None and sd.apply is not None:
                 metrics.SOLVE.observe(sd.status.solve_seconds)
+            _observation_metrics(ns, name, sd.status)
             new = _dump(sd.status)
             new.pop(KV_FIELD, None)  # written only by the KV loop (gpumix.operator.kvtask)
             old = {k: v for k, v in (body.get("status") or {}).items() if k != KV_FIELD}

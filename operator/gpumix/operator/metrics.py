@@ -10,3 +10,16 @@ SOLVE = Histogram("gpumix_solve_seconds", "ILP solve time reported in plans")
 ERRORS = Counter("gpumix_reconcile_errors_total", "Failed writes or passes", ["stage"])
 GPUS = Gauge("gpumix_gpus", "Planned GPUs", ["namespace", "service", "pool"])
 COST = Gauge("gpumix_cost_per_hour_dollars", "Planned $/h", ["namespace", "service"])
+
+_SVC = ["namespace", "service"]
+OBSERVED = Gauge(
+    "gpumix_workload_observed", "1 when this pass observed the workload, 0 when not", _SVC
+)
+OBSERVED_RATE = Gauge("gpumix_observed_request_rate", "Last observed requests per second", _SVC)
+PLANNED_RATE = Gauge(
+    "gpumix_planned_request_rate", "Requests per second the plan is sized for", _SVC
+)
+FORECAST_PEAK = Gauge("gpumix_forecast_peak_request_rate", "Forecast peak over the horizon", _SVC)
+TPOT_RATIO = Gauge("gpumix_calibration_tpot_ratio", "Observed / profile-predicted TPOT", _SVC)
+MAXTPUT_FACTOR = Gauge("gpumix_calibration_maxtput_factor", "Learnt MaxTput multiplier", _SVC)
+BACKLOG = Gauge("gpumix_batch_backlog_requests", "Batch requests queued", _SVC)

@@ -64,6 +64,7 @@ from gpumix.reconcile.workload import (
     annotate,
     decide,
     parse_time,
+    remembered,
     with_workload,
 )
 from gpumix.render import deployment_name
@@ -195,7 +196,8 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
         except ValidationError as err:
             decisions[key] = _invalid_service(body, err, running, snap.now)
             continue
-        observation = snap.observations.get(key)
+        prev_workload = (_status_of(body) or LLMServiceStatus()).workload
+        observation = remembered(snap.observations.get(key), prev_workload, service.spec.workload)
         decision = decide(service.spec.workload, observation, snap.now)
         workloads[key], forecasts[key] = with_forecast(service.spec, decision, observation)
         service = with_workload(service, workloads[key].workload)
@@ -364,6 +366,7 @@ def _joint_instance(
                 weight=spec.weight,
                 budget_per_hour=spec.budget.max_cost_per_hour if spec.budget else None,
                 churn_penalty=spec.churn.penalty,
+                min_replicas=spec.min_replicas,
                 max_replicas=spec.max_replicas,
                 input_edges=instance.input_edges,
                 output_edges=instance.output_edges,

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from gpumix.api import ConditionStatus, LLMService, LLMServiceStatus
+from gpumix.api import ConditionStatus, LLMService, LLMServiceStatus, WorkloadUsed
 from gpumix.api.workload import Workload
 from gpumix.observe import (
     CONDITION_TYPE,
@@ -85,6 +85,29 @@ def decide(spec: Workload, observation: ServiceObservation | None, now: str) -> 
     return WorkloadDecision(workload, decision.origin, decision.condition, decision.last_good)
 
 
+def remembered(
+    observation: ServiceObservation | None, previous: WorkloadUsed | None, spec: Workload
+) -> ServiceObservation | None:
+    """`observation` with the last good observation recovered from status when the operator
+    has none in memory (it restarted): a restart while Prometheus is down must not fall back to
+    the spec and shrink what serves."""
+    if observation is None or observation.last_good is not None or previous is None:
+        return observation
+    if previous.origin not in {"observed", "last-observed"}:
+        return observation
+    if previous.observed_at is None or previous.observed_rate is None:
+        return observation
+    rate = previous.observed_rate
+    last = ObservedWorkload(
+        at=previous.observed_at.timestamp(), window_seconds=0.0, request_rate=rate,
+        finished_rate=rate, requests=0.0, input_edges=spec.input_edges,
+        output_edges=spec.output_edges, histogram=previous.observed_histogram,
+        ttft_seconds=previous.ttft_seconds,
+        tpot_seconds=previous.tpot_seconds,
+    )  # fmt: skip
+    return observation.model_copy(update={"last_good": last})
+
+
 def with_workload(service: LLMService, workload: Workload) -> LLMService:
     """The service as the planner sees it: its spec with the decided workload."""
     spec = service.spec.model_copy(update={"workload": workload})
@@ -124,6 +147,8 @@ def annotate(
                 "source": decision.workload.source,
                 "origin": decision.origin,
                 "observed_at": _iso(obs.at) if obs is not None else None,
+                "observed_rate": _round(obs.request_rate) if obs is not None else None,
+                "observed_histogram": _shares(obs.histogram) if obs is not None else None,
                 "ttft_seconds": _round(obs.ttft_seconds) if obs is not None else None,
                 "tpot_seconds": _round(obs.tpot_seconds) if obs is not None else None,
             }
@@ -138,3 +163,7 @@ def annotate(
 
 def _round(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds, 4)
+
+
+def _shares(histogram: list[list[float]] | None) -> list[list[float]] | None:
+    return None if histogram is None else [[round(x, 4) for x in row] for row in histogram]

@@ -83,6 +83,26 @@ def test_unknown_plans_with_the_last_good_observation_not_zero() -> None:
     assert d.last_good[KEY].request_rate == 6.0
 
 
+def test_after_a_restart_with_prometheus_down_the_last_observation_comes_from_status() -> None:
+    """The operator restarted (nothing in memory) and Prometheus is down: plan with what status
+    says was observed, not with the spec's 0.5 req/s."""
+    good = plan(prometheus_service(), ServiceObservation(result=observed(6.0))).services[KEY]
+    assert good.status.workload is not None and good.status.workload.observed_rate == 6.0
+    body = prometheus_service()
+    body["status"] = good.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    d = plan(body, ServiceObservation(result=unavailable()))
+    sd = d.services[KEY]
+    assert replicas(sd) == replicas(good)
+    assert sd.status.workload is not None
+    assert (sd.status.workload.origin, sd.status.workload.request_rate) == ("last-observed", 6.0)
+    assert "(6 req/s), not zero" in cond(sd.status, "WorkloadObserved")[2]
+    assert d.last_good[KEY].request_rate == 6.0
+    stale = body["status"]["workload"] | {"observedAt": "2026-11-21T09:00:00Z"}
+    body["status"] = body["status"] | {"workload": stale}  # 3 h old: past the 1 h limit
+    old = plan(body, ServiceObservation(result=unavailable())).services[KEY]
+    assert old.status.workload is not None and old.status.workload.origin == "spec"
+
+
 def test_unknown_without_a_good_observation_plans_the_spec() -> None:
     spec_plan = replicas(plan_cluster(snap(services=[service("chat", 5.5, "t0")])).services[KEY])
     sd = plan(prometheus_service(5.5), ServiceObservation(result=unavailable())).services[KEY]
