@@ -178,7 +178,7 @@ def _demand(name: str, service: LLMService, problem: ServiceProblem) -> ServiceD
     return ServiceDemand(
         name=name, rates=instance.rates, options=options, slice_factor=instance.slice_factor,
         priority=Priority.BATCH if spec.priority == "Batch" else Priority.INTERACTIVE,
-        weight=spec.weight, max_replicas=spec.max_replicas,
+        weight=spec.weight, min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
         budget_per_hour=spec.budget.max_cost_per_hour if spec.budget else None,
         input_edges=instance.input_edges, output_edges=instance.output_edges,
         slo_label=instance.slo_label,

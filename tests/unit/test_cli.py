@@ -144,3 +144,13 @@ def test_max_throughput_under_a_budget(tmp_path: Path, capsys: pytest.CaptureFix
     (single,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert {"status", "allocation", "cost_per_hour", "baselines", "solve_seconds"} <= set(single)
     assert single["status"] == "optimal"
+
+
+def test_min_replicas_in_a_joint_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    paths = _two_services(tmp_path)
+    chat, batch = yaml.safe_load_all(Path(paths[0]).read_text())
+    batch["spec"]["minReplicas"] = 4
+    Path(paths[0]).write_text(yaml.safe_dump_all([chat, batch]))
+    assert main(["plan", *paths, "--output", "json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sum(lines[0]["allocation"].values()) < 4 <= sum(lines[1]["allocation"].values())

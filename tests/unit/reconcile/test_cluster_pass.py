@@ -122,6 +122,16 @@ def test_joint_plan_serves_both_where_one_at_a_time_would_not() -> None:
     assert d.pool_status["a100-80gb"].planned_gpus <= 8
 
 
+def test_min_replicas_is_a_floor_on_the_plan() -> None:
+    alone = plan_cluster(snap(services=[service("chat", 0.5, "t0")]))
+    target = alone.services[("default", "chat")].target
+    assert target is not None and 0 < sum(target.values()) < 4
+    d = plan_cluster(snap(services=[service("chat", 0.5, "t0", minReplicas=4)]))
+    sd = d.services[("default", "chat")]
+    assert sd.target is not None and sum(sd.target.values()) >= 4
+    assert sd.status.unserved_fraction is None
+
+
 def test_unservable_slo_keeps_running_deployments() -> None:
     body = service("chat", 5.5, "t0")
     body["spec"]["slo"]["tpotMs"] = 41  # nothing serves the big buckets this fast

@@ -7,8 +7,9 @@ Only the replica counts are integer and only they couple services (pools, budget
 problem splits:
 
 - the *master* holds the counts and every constraint on them — pools, budgets, ``maxReplicas``,
-  pins, the churn penalty — built from the same constraint families as the compact model
-  (:func:`gpumix.plan.joint.model.build` with ``routing=False``), ~100 integer variables;
+  ``minReplicas``, pins, the churn penalty — built from the same constraint families as the
+  compact model (:func:`gpumix.plan.joint.model.build` with ``routing=False``), ~100 integer
+  variables;
 - each service's *routing LP* asks whether given counts can carry its traffic:
   ``min Σ_o t_o`` s.t. ``Σ_o x[b,o] = 1`` per bucket, ``Σ_b L[b,o]·x[b,o] − t_o ≤ y_o`` per
   option, with ``L[b,o] = rate_b / MaxTput[o,b]`` (Mélange §5.4.2's load of the whole bucket).

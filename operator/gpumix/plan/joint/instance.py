@@ -71,6 +71,9 @@ class ServiceDemand(BaseModel):
     budget_per_hour: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     churn_penalty: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """Coral §4.3's λ: a newly added replica costs ``λ × its $/h`` once in the objective."""
+    min_replicas: int = Field(default=0, ge=0)
+    """Fewest replicas across options: a floor the plan holds when pools and budgets allow
+    (after serving traffic), else it plans fewer and says why."""
     max_replicas: int | None = Field(default=None, ge=0)
     input_edges: list[int] | None = None
     output_edges: list[int] | None = None

@@ -15,8 +15,9 @@ how its traffic is placed, in one of two forms:
   ``Σ_w x_{c,w} f_w / h_{c,w} ≤ y_c`` with ``T = 1/α``), with ``Σ_o x[s,b,o] = α``.
 
 Constraint families: replica capacity (Mélange (3) / Jiang (3)), pool GPUs (Coral's availability
-constraint / Jiang (6)), budgets (Jiang (5), per service and cluster-wide), ``maxReplicas``, and
-the churn penalty's auxiliary ``a[s,o] ≥ y[s,o] − running[s,o]`` (Coral §4.3).
+constraint / Jiang (6)), budgets (Jiang (5), per service and cluster-wide), ``maxReplicas``,
+``minReplicas`` (hard, or with a shortfall ``m[s]`` minimised in its own stage), and the churn
+penalty's auxiliary ``a[s,o] ≥ y[s,o] − running[s,o]`` (Coral §4.3).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class JointModel:
     placement: dict[PlaceKey, pulp.LpVariable]
     unserved: dict[tuple[int, Bucket], pulp.LpVariable] = field(default_factory=dict)
     added: dict[Key, pulp.LpVariable] = field(default_factory=dict)
+    short: dict[int, pulp.LpVariable] = field(default_factory=dict)
+    """Replicas each service falls short of its ``minReplicas`` (soft form only)."""
     alpha: pulp.LpVariable | None = None
     """The throughput factor of the max-throughput form."""
 
@@ -241,6 +244,24 @@ def add_max_replicas(problem: pulp.LpProblem, instance: JointInstance, model: Jo
         problem += pulp.lpSum(row) <= max(service.max_replicas, pinned), f"max_replicas_s{si}"
 
 
+def add_min_replicas(
+    problem: pulp.LpProblem, instance: JointInstance, model: JointModel, soft: bool
+) -> None:
+    """``spec.minReplicas``: ``Σ_o y[s,o] + m[s] ≥ minReplicas``. Hard (``m`` absent) in the
+    full-service stage; ``soft`` adds the shortfall ``m[s] ≥ 0`` so a floor the pools or
+    budgets cannot hold never makes the model infeasible (its own stage minimises it)."""
+    for si, service in enumerate(instance.services):
+        if not service.min_replicas:
+            continue
+        row = [var for (s, _), var in model.counts.items() if s == si]
+        if soft:
+            model.short[si] = problem.add_variable(
+                f"m_s{si}", lowBound=0, upBound=service.min_replicas
+            )
+            row.append(model.short[si])
+        problem += pulp.lpSum(row) >= service.min_replicas, f"min_replicas_s{si}"
+
+
 def add_churn(problem: pulp.LpProblem, instance: JointInstance, model: JointModel) -> None:
     """Coral §4.3: ``a[s,o] ≥ y[s,o] − running[s,o]``, ``a ≥ 0``: replicas newly added.
 
@@ -289,6 +310,11 @@ def unserved_expr(
     return pulp.lpSum(terms)
 
 
+def short_expr(model: JointModel) -> pulp.LpAffineExpression:
+    """Replicas missing below every service's ``minReplicas`` (soft form)."""
+    return pulp.lpSum(model.short.values())
+
+
 def build(
     instance: JointInstance,
     *,
@@ -296,9 +322,11 @@ def build(
     partial: bool,
     prune: bool = True,
     routing: bool = True,
+    soft_min: bool = False,
 ) -> JointModel:
     """The compact model; ``routing=False`` leaves out the traffic split (placement and
-    capacity rows): the replica-count master of :mod:`gpumix.plan.joint.benders`."""
+    capacity rows): the replica-count master of :mod:`gpumix.plan.joint.benders`;
+    ``soft_min`` lets services fall short of ``minReplicas`` (:func:`add_min_replicas`)."""
     sense = pulp.LpMaximize if fractional else pulp.LpMinimize
     problem = pulp.LpProblem("gpumix_joint", sense)
     pruned = dominated(instance) if prune else set()
@@ -313,6 +341,7 @@ def build(
     add_pool_limits(problem, instance, model)
     add_budgets(problem, instance, model)
     add_max_replicas(problem, instance, model)
+    add_min_replicas(problem, instance, model, soft_min)
     if not fractional:
         add_churn(problem, instance, model)
     return model

@@ -27,7 +27,8 @@ class ServiceAllocation(BaseModel):
     """Replicas above what runs now, summed over options (what the churn penalty charges)."""
     removed: int
     reasons: list[str] = []
-    """Why traffic is unserved: the limits that bind (pools full, budgets reached, ...)."""
+    """Why traffic is unserved or minReplicas is not held: the limits that bind (pools full,
+    budgets reached, ...)."""
 
     @property
     def unserved_fraction(self) -> float:
@@ -50,4 +51,4 @@ class JointAllocation(BaseModel):
     """The last solve; ``seconds`` is the sum over all stages."""
     stages: list[SolveResult]
     """Each solve in order: full service, then (if needed) unserved interactive, unserved batch,
-    then cost; or max α then cost."""
+    replicas short of minReplicas, then cost; or max α, (minReplicas,) then cost."""

@@ -1,14 +1,16 @@
 """Solve the joint problem: lexicographic stages, read back, validate, explain what is unserved.
 
-``min-cost`` (default): first the cheapest plan serving every demand in full (Coral §4.3: cost
-plus initialisation penalty). Only when that is infeasible, graceful degradation in priority
-order, each stage fixing the optimum of the one before: (1) least weighted unserved req/s of
-interactive services, (2) of batch services, (3) least cost plus churn penalty.
+``min-cost`` (default): first the cheapest plan serving every demand in full with every
+``minReplicas`` held (Coral §4.3: cost plus initialisation penalty). Only when that is
+infeasible, graceful degradation in priority order, each stage fixing the optimum of the one
+before: (1) least weighted unserved req/s of interactive services, (2) of batch services,
+(3) fewest replicas missing below ``minReplicas``, (4) least cost plus churn penalty.
 
 ``max-throughput``: Jiang §4.3 (and App. E for several models): the largest common factor
-``α`` of every demand the pools and budgets can serve (makespan ``T = 1/α``), then the cheapest
-plan reaching it. Solved directly rather than by App. F's binary search on ``T``: the
-substitution ``x = α·x_Jiang`` makes the model linear in ``α``.
+``α`` of every demand the pools and budgets can serve (makespan ``T = 1/α``), then the fewest
+replicas missing below ``minReplicas``, then the cheapest plan reaching both. Solved directly
+rather than by App. F's binary search on ``T``: the substitution ``x = α·x_Jiang`` makes the
+model linear in ``α``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from gpumix.plan.errors import InvalidAllocationError, SolverError
 from gpumix.plan.instance import Bucket
 from gpumix.plan.joint import benders
 from gpumix.plan.joint import model as jm
-from gpumix.plan.joint.instance import JointInstance, Objective, Priority
+from gpumix.plan.joint.instance import JointInstance, Objective, Priority, ServiceDemand
 from gpumix.plan.joint.result import JointAllocation, ServiceAllocation
 from gpumix.plan.joint.validate import validate_joint
 from gpumix.plan.result import SolveResult, SolverName
@@ -204,23 +206,31 @@ def _min_cost(
         separate = _separately(instance, solver, limit, gap)
         if separate is not None:
             return separate
+    partial = instance.allow_partial
     if not any_unservable:
         full = _full_service(instance, solver, limit, gap, stages, decompose=decompose)
         if full is not None:
             return full
-        if not instance.allow_partial:
+        if not partial and not any(s.min_replicas for s in instance.services):
             return None
-    model = jm.build(instance, fractional=False, partial=True)
-    for priority in (Priority.INTERACTIVE, Priority.BATCH):
+    # Without partial service only minReplicas may give way: the traffic must still fit.
+    model = jm.build(instance, fractional=False, partial=partial, soft_min=True)
+    goals: list[tuple[str, pulp.LpAffineExpression]] = []
+    for priority in (Priority.INTERACTIVE, Priority.BATCH) if partial else ():
         members = [i for i, s in enumerate(instance.services) if s.priority is priority]
-        if not members:
-            continue
-        expr = jm.unserved_expr(instance, model, members)
+        if members:
+            goals.append((f"unserved_{priority.value}", jm.unserved_expr(instance, model, members)))
+    if model.short:
+        goals.append(("min_replicas", jm.short_expr(model)))
+    for name, expr in goals:
         model.problem.setObjective(expr)
-        result = _solve(model, solver, limit, gap, stages, feasible_by_construction=True)
-        if result.status == "infeasible":  # y = 0, u = S is always feasible
+        result = _solve(model, solver, limit, gap, stages, feasible_by_construction=partial)
+        if result.status == "infeasible":
+            if not partial:
+                return None
+            # y = 0, u = S, m = minReplicas is always feasible
             raise SolverError(result.model_copy(update={"message": "degradation stage infeasible"}))
-        _fix(model, expr, max(0.0, result.objective or 0.0), f"keep_unserved_{priority.value}")
+        _fix(model, expr, max(0.0, result.objective or 0.0), f"keep_{name}")
     cost = jm.cost_expr(instance, model) + jm.churn_expr(instance, model)
     model.problem.setObjective(cost)
     result = _solve(model, solver, limit, gap, stages, feasible_by_construction=True)
@@ -233,7 +243,7 @@ def _max_throughput(
     instance: JointInstance, solver: SolverName, limit: float, gap: float
 ) -> JointAllocation:
     stages: list[SolveResult] = []
-    model = jm.build(instance, fractional=True, partial=False)
+    model = jm.build(instance, fractional=True, partial=False, soft_min=True)
     assert model.alpha is not None
     model.problem.setObjective(pulp.lpSum([model.alpha]))
     result = _solve(model, solver, limit, gap, stages)
@@ -242,6 +252,13 @@ def _max_throughput(
     best = float(model.alpha.value() or 0.0)
     model.problem += model.alpha >= best * (1 - STAGE_TOL), "keep_alpha"
     model.problem.sense = pulp.LpMinimize
+    if model.short:
+        short = jm.short_expr(model)
+        model.problem.setObjective(short)
+        result = _solve(model, solver, limit, gap, stages)
+        if result.status == "infeasible":
+            raise SolverError(result.model_copy(update={"message": "minReplicas infeasible"}))
+        _fix(model, short, max(0.0, result.objective or 0.0), "keep_min_replicas")
     model.problem.setObjective(jm.cost_expr(instance, model))
     result = _solve(model, solver, limit, gap, stages)
     if result.status == "infeasible":
@@ -347,47 +364,67 @@ def _read(
     )
 
 
+def _limits(
+    instance: JointInstance,
+    service: ServiceDemand,
+    alloc: ServiceAllocation,
+    pool_gpus: dict[str, int],
+    total: float,
+) -> list[str]:
+    """The limits that keep ``service`` from one more replica: pools, budgets, maxReplicas."""
+    limits: list[str] = []
+    cheapest = min((o.cost_per_hour for o in service.options), default=math.inf)
+    for pool in sorted({o.pool for o in service.options}):
+        limit = instance.pool(pool).gpus
+        smallest = min(o.gpus_per_replica for o in service.options if o.pool == pool)
+        if limit is not None and pool_gpus[pool] + smallest > limit:
+            limits.append(f"pool {pool} is full ({pool_gpus[pool]}/{limit} GPUs planned)")
+    if (
+        service.budget_per_hour is not None
+        and alloc.cost_per_hour + cheapest > service.budget_per_hour + 1e-9
+    ):
+        limits.append(
+            f"service budget reached ({alloc.cost_per_hour:.2f} of "
+            f"{service.budget_per_hour:.2f} $/h)"
+        )
+    if instance.budget_per_hour is not None and total + cheapest > instance.budget_per_hour:
+        limits.append(f"cluster budget reached ({total:.2f} of {instance.budget_per_hour:.2f} $/h)")
+    if service.max_replicas is not None and sum(alloc.counts.values()) >= service.max_replicas:
+        limits.append(f"maxReplicas {service.max_replicas} reached")
+    if not service.options:
+        limits.append("no replica option")
+    return limits
+
+
 def _explain(
     instance: JointInstance,
     services: dict[str, ServiceAllocation],
     pool_gpus: dict[str, int],
     total: float,
 ) -> dict[str, ServiceAllocation]:
-    """Name the limits that bind for every service with unserved traffic (never silent)."""
+    """Name the limits that bind for every service with unserved traffic or fewer replicas
+    than its ``minReplicas`` (never silent)."""
     out = {}
     for service in instance.services:
         alloc = services[service.name]
-        if alloc.unserved_rate <= 0:
+        planned = sum(alloc.counts.values())
+        if alloc.unserved_rate <= 0 and planned >= service.min_replicas:
             out[service.name] = alloc
             continue
+        limits = _limits(instance, service, alloc, pool_gpus, total)
         reasons: list[str] = []
-        bad = service.unservable()
-        if bad:
+        if alloc.unserved_rate > 0:
+            bad = service.unservable()
+            if bad:
+                reasons.append(
+                    f"no replica option meets {service.slo_label or 'the SLO'} for "
+                    + ", ".join(service.bucket_label(b) for b in bad)
+                )
+            reasons += limits or ([] if bad else ["capacity exhausted"])
+        if planned < service.min_replicas:
+            why = ", ".join(limits) or "capacity exhausted"
             reasons.append(
-                f"no replica option meets {service.slo_label or 'the SLO'} for "
-                + ", ".join(service.bucket_label(b) for b in bad)
+                f"minReplicas {service.min_replicas} not reachable ({planned} planned): {why}"
             )
-        cheapest = min((o.cost_per_hour for o in service.options), default=math.inf)
-        for pool in sorted({o.pool for o in service.options}):
-            limit = instance.pool(pool).gpus
-            smallest = min(o.gpus_per_replica for o in service.options if o.pool == pool)
-            if limit is not None and pool_gpus[pool] + smallest > limit:
-                reasons.append(f"pool {pool} is full ({pool_gpus[pool]}/{limit} GPUs planned)")
-        if (
-            service.budget_per_hour is not None
-            and alloc.cost_per_hour + cheapest > service.budget_per_hour + 1e-9
-        ):
-            reasons.append(
-                f"service budget reached ({alloc.cost_per_hour:.2f} of "
-                f"{service.budget_per_hour:.2f} $/h)"
-            )
-        if instance.budget_per_hour is not None and total + cheapest > instance.budget_per_hour:
-            reasons.append(
-                f"cluster budget reached ({total:.2f} of {instance.budget_per_hour:.2f} $/h)"
-            )
-        if service.max_replicas is not None and sum(alloc.counts.values()) >= service.max_replicas:
-            reasons.append(f"maxReplicas {service.max_replicas} reached")
-        if not service.options:
-            reasons.append("no replica option")
-        out[service.name] = alloc.model_copy(update={"reasons": reasons or ["capacity exhausted"]})
+        out[service.name] = alloc.model_copy(update={"reasons": reasons})
     return out

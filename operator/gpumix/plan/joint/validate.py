@@ -2,7 +2,8 @@
 
 Every property the issue asks of a plan is checked here, so tests and the operator catch a
 modelling bug before it reaches a cluster: pools never exceeded, budgets respected, every served
-bucket only on options that meet the SLO, load within replicas, shares + unserved = 1.
+bucket only on options that meet the SLO, load within replicas, shares + unserved = 1, never
+fewer replicas than ``minReplicas`` without a reason.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def validate_joint(instance: JointInstance, plan: JointAllocation) -> list[str]:
             service.max_replicas, sum(o.fixed or 0 for o in service.options)
         ):
             problems.append(f"{service.name}: more than maxReplicas {service.max_replicas}")
+        if sum(alloc.counts.values()) < service.min_replicas and not alloc.reasons:
+            problems.append(f"{service.name}: fewer than minReplicas without a reason")
         total += cost
         pinned_total += pinned_cost
     for pool in instance.pools:
