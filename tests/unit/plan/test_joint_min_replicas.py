@@ -7,12 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_joint import QUICK, fig2, joint_instances, option
+from test_joint_benders import _compact, _full_service
 
 from gpumix.plan.joint import (
     JointInstance,
     Objective,
     PoolLimit,
     ServiceDemand,
+    benders,
     solve_joint,
     solve_sequential,
     validate_joint,
@@ -90,6 +92,7 @@ def test_traffic_is_served_before_a_floor() -> None:
     assert all(a.unserved_rate == 0 for a in plan.services.values())
     assert plan.services["m2"].counts == {"a": 1, "b": 1}
     assert plan.services["m2"].reasons[0].startswith("minReplicas 4 not reachable (2 planned)")
+    assert validate_joint(inst, plan) == []
     seq = solve_sequential(inst)  # no partial service: m2 does not fit what m1 leaves, floor or not
     assert seq.services["m2"] is None
 
@@ -104,11 +107,18 @@ def test_budget_caps_a_floor() -> None:
 
 @QUICK
 @given(joint_instances(), st.lists(st.integers(0, 5), min_size=3, max_size=3))
-def test_floors_never_make_the_solve_fail(inst: JointInstance, floors: list[int]) -> None:
-    inst = with_floor(inst, floors)
-    plan = solve_joint(inst, time_limit_s=20)
-    assert plan is not None
-    assert validate_joint(inst, plan) == []  # a reason wherever a floor is not held
-    compact = solve_joint(inst, time_limit_s=20, decompose=False)
-    assert compact is not None
-    assert plan.result.objective == pytest.approx(compact.result.objective, rel=2e-4, abs=1e-6)
+def test_benders_holds_floors_as_the_compact_model(inst: JointInstance, floors: list[int]) -> None:
+    """Full service with every floor as a hard row: the Benders master and the compact model
+    agree (same optimum, or both infeasible)."""
+    inst = with_floor(_full_service(inst), floors)
+    if not benders.applicable(inst):
+        return
+    _, compact = _compact(inst)
+    out = benders.solve_benders(inst, 30.0, 0.0)
+    if compact is None:
+        assert not isinstance(out, benders.BendersSolution)
+        return
+    assert isinstance(out, benders.BendersSolution) and out.result.objective is not None
+    assert out.result.objective == pytest.approx(compact, rel=2e-4, abs=1e-6)
+    for si, service in enumerate(inst.services):
+        assert sum(y for (s, _), y in out.counts.items() if s == si) >= service.min_replicas
