@@ -271,3 +271,42 @@ def test_one_service_costs_at_most_melange(inst: JointInstance) -> None:
               for o in ones]))  # fmt: skip
     assert mel is not None
     assert plan.cost_per_hour <= mel.cost_per_hour + 1e-9
+
+
+def test_a_stage_optimum_reported_below_the_integral_one_does_not_fail_the_plan() -> None:
+    """HiGHS reports the batch stage's optimum as 0.99999877 where integral counts reach 1.0;
+    fixed that tightly, the cost stage was infeasible (SolverError). It is retried with the
+    fixes loosened by `LOOSE_TOL`."""
+    ro, sd = ReplicaOption, ServiceDemand
+    inst = JointInstance(
+        services=[
+            sd(name="s0", rates=[[0.0, 5.0], [0.0, 2.0]], slice_factor=1, options=[
+                ro(name="p0-tp1", pool="p0", cost_per_hour=0.5,
+                   max_tput=[[0.0, 2.5], [0.0, 1.0]]),
+                ro(name="p1-tp1", pool="p1", cost_per_hour=0.5,
+                   max_tput=[[0.0, 1.0], [0.0, 0.0]]),
+                ro(name="p1-tp2", pool="p1", gpus_per_replica=2, cost_per_hour=1.0,
+                   max_tput=[[0.0, 2.0], [0.0, 0.0]], running=1),
+            ]),
+            sd(name="s1", rates=[[0.0, 0.5], [2.0, 0.0]], slice_factor=1, options=[
+                ro(name="p0-tp1", pool="p0", cost_per_hour=0.5,
+                   max_tput=[[0.0, 0.0], [0.0, 0.0]]),
+                ro(name="p1-tp1", pool="p1", cost_per_hour=0.5,
+                   max_tput=[[0.0, 1.0], [1.0, 0.0]]),
+            ]),
+            sd(name="s2", rates=[[0.0, 0.5], [0.5, 0.0]], slice_factor=1,
+               priority=Priority.BATCH, options=[
+                ro(name="p0-tp1", pool="p0", cost_per_hour=0.5,
+                   max_tput=[[0.0, 0.0], [0.0, 0.0]]),
+                ro(name="p1-tp1", pool="p1", cost_per_hour=0.5,
+                   max_tput=[[0.0, 1.0], [2.5, 0.0]]),
+            ]),
+        ],
+        pools=[PoolLimit(name="p0", gpus=1), PoolLimit(name="p1", gpus=6)],
+    )  # fmt: skip
+    plan = solve_joint(inst)
+    assert plan is not None
+    assert validate_joint(inst, plan) == []
+    unserved = {name: s.unserved_rate for name, s in plan.services.items()}
+    assert unserved["s0"] + unserved["s1"] == pytest.approx(1.8, abs=1e-4)  # interactive first
+    assert unserved["s2"] == pytest.approx(1.0, abs=1e-4)

@@ -35,6 +35,10 @@ FALLBACK_MIN_S = 5.0
 """Seconds the compact model still gets when the Benders loop gave up near the time limit."""
 STAGE_TOL = 1e-7
 """Relative slack when fixing a stage's optimum for the next stage (solver tolerances)."""
+LOOSE_TOL = 1e-5
+"""Absolute slack the fixed optima get when the next stage comes back infeasible: HiGHS may
+report a stage optimum ~1e-6 below what integral counts reach (integrality tolerance), and the
+tight fix then excludes every integral point (reproduced on a random 3-service instance)."""
 
 
 class JointUnservableError(ValueError):
@@ -104,8 +108,31 @@ def _solve(
     return result
 
 
-def _fix(model: jm.JointModel, expr: pulp.LpAffineExpression, value: float, name: str) -> None:
+def _fix(model: jm.JointModel, expr: pulp.LpAffineExpression, value: float, name: str) -> str:
     model.problem += expr <= value * (1 + STAGE_TOL) + STAGE_TOL, name
+    return name
+
+
+def _next_stage(
+    model: jm.JointModel,
+    solver: SolverName,
+    limit: float,
+    gap: float,
+    stages: list[SolveResult],
+    *,
+    fixed: list[str],
+    feasible_by_construction: bool = False,
+) -> SolveResult:
+    """A stage after earlier optima were fixed; if it is infeasible, once more with the fixes
+    loosened by `LOOSE_TOL` (constraint ``expr + c <= 0``: lowering ``c`` raises the bound)."""
+    result = _solve(model, solver, limit, gap, stages,
+                    feasible_by_construction=feasible_by_construction)  # fmt: skip
+    if result.status != "infeasible" or not fixed:
+        return result
+    for name in fixed:
+        model.problem.get_constraint_by_name(name).constant -= LOOSE_TOL
+    return _solve(model, solver, limit, gap, stages,
+                  feasible_by_construction=feasible_by_construction)  # fmt: skip
 
 
 def _coupled(instance: JointInstance) -> bool:
@@ -222,18 +249,22 @@ def _min_cost(
             goals.append((f"unserved_{priority.value}", jm.unserved_expr(instance, model, members)))
     if model.short:
         goals.append(("min_replicas", jm.short_expr(model)))
+    fixed: list[str] = []
     for name, expr in goals:
         model.problem.setObjective(expr)
-        result = _solve(model, solver, limit, gap, stages, feasible_by_construction=partial)
+        result = _next_stage(model, solver, limit, gap, stages, fixed=fixed,
+                             feasible_by_construction=partial)  # fmt: skip
         if result.status == "infeasible":
             if not partial:
                 return None
             # y = 0, u = S, m = minReplicas is always feasible
             raise SolverError(result.model_copy(update={"message": "degradation stage infeasible"}))
-        _fix(model, expr, max(0.0, result.objective or 0.0), f"keep_{name}")
+        fixed.append(_fix(model, expr, max(0.0, result.objective or 0.0), f"keep_{name}"))
     cost = jm.cost_expr(instance, model) + jm.churn_expr(instance, model)
     model.problem.setObjective(cost)
-    result = _solve(model, solver, limit, gap, stages, feasible_by_construction=True)
+    result = _next_stage(
+        model, solver, limit, gap, stages, fixed=fixed, feasible_by_construction=True
+    )
     if result.status == "infeasible":
         raise SolverError(result.model_copy(update={"message": "cost stage infeasible"}))
     return _read(instance, model, stages, Objective.MIN_COST)
@@ -250,17 +281,18 @@ def _max_throughput(
     if result.status == "infeasible":
         raise SolverError(result.model_copy(update={"message": "max-throughput infeasible"}))
     best = float(model.alpha.value() or 0.0)
-    model.problem += model.alpha >= best * (1 - STAGE_TOL), "keep_alpha"
+    model.problem += -model.alpha <= -best * (1 - STAGE_TOL), "keep_alpha"
+    fixed = ["keep_alpha"]
     model.problem.sense = pulp.LpMinimize
     if model.short:
         short = jm.short_expr(model)
         model.problem.setObjective(short)
-        result = _solve(model, solver, limit, gap, stages)
+        result = _next_stage(model, solver, limit, gap, stages, fixed=fixed)
         if result.status == "infeasible":
             raise SolverError(result.model_copy(update={"message": "minReplicas infeasible"}))
-        _fix(model, short, max(0.0, result.objective or 0.0), "keep_min_replicas")
+        fixed.append(_fix(model, short, max(0.0, result.objective or 0.0), "keep_min_replicas"))
     model.problem.setObjective(jm.cost_expr(instance, model))
-    result = _solve(model, solver, limit, gap, stages)
+    result = _next_stage(model, solver, limit, gap, stages, fixed=fixed)
     if result.status == "infeasible":
         raise SolverError(result.model_copy(update={"message": "cost stage infeasible"}))
     return _read(instance, model, stages, Objective.MAX_THROUGHPUT)
