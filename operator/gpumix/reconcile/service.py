@@ -345,6 +345,9 @@ def _status(
     if unserved:
         setc("Degraded", ConditionStatus.TRUE, "PartiallyServed",
              "; ".join(allocation_result.reasons))  # fmt: skip
+    elif allocation_result.reasons:  # all traffic served, the minReplicas floor is not
+        setc("Degraded", ConditionStatus.TRUE, "MinReplicasNotReached",
+             "; ".join(allocation_result.reasons))  # fmt: skip
     else:
         setc("Degraded", ConditionStatus.FALSE, "AsPlanned", "")
     if conflicts:

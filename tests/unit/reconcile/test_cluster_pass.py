@@ -122,6 +122,16 @@ def test_joint_plan_serves_both_where_one_at_a_time_would_not() -> None:
     assert d.pool_status["a100-80gb"].planned_gpus <= 8
 
 
+def test_an_unreachable_min_replicas_floor_is_degraded_not_failed() -> None:
+    body = service("chat", 0.5, "t0", minReplicas=6, pools=["a10g"])  # 4 one-GPU a10g nodes
+    sd = plan_cluster(snap(services=[body])).services[("default", "chat")]
+    assert sd.target == {"a10g": 4}
+    status, reason, message = cond(sd.status, "Degraded")
+    assert (status, reason) == ("True", "MinReplicasNotReached")
+    assert "minReplicas 6 not reachable (4 planned)" in message
+    assert cond(sd.status, "Planned")[:2] == ("True", "PlanComputed")
+
+
 def test_min_replicas_is_a_floor_on_the_plan() -> None:
     alone = plan_cluster(snap(services=[service("chat", 0.5, "t0")]))
     target = alone.services[("default", "chat")].target
