@@ -35,6 +35,7 @@ from gpumix.observe.history import RateHistory, aligned_end, history_points, obs
 from gpumix.observe.source import RangeSource
 from gpumix.reconcile.cluster import ObjectKey, Snapshot
 from gpumix.reconcile.workload import ServiceObservation
+from gpumix.render.names import label_value
 
 log = logging.getLogger("gpumix.observe")
 
@@ -124,7 +125,7 @@ class Observer:
         down: ObservationUnknown | None = None
         for job in histories:
             fc = job.forecast
-            sel = ServiceSelector(namespace=job.key[0], service=job.key[1])
+            sel = selector(job.key)
             points = history_points(fc.step_seconds, fc.season_seconds, fc.horizon_seconds)
             got = observe_history(self.source, sel, now=now, step_s=fc.step_seconds, points=points)
             if isinstance(got, RateHistory):
@@ -142,7 +143,7 @@ class Observer:
                 continue
             wl = job.workload
             result = observe_service(
-                self.source, ServiceSelector(namespace=job.key[0], service=job.key[1]),
+                self.source, selector(job.key),
                 wl.input_edges, wl.output_edges, now=now, window_s=self.window_s,
                 prior=wl.histogram,
             )  # fmt: skip
@@ -154,6 +155,12 @@ class Observer:
             out[job.key] = result
             _log(job.key, result)
         return out
+
+
+def selector(key: ObjectKey) -> ServiceSelector:
+    """The pods' `gpumix.io/service` label as the renderer writes it (names past 63 characters
+    are shortened with a hash), so long service names are observed too."""
+    return ServiceSelector(namespace=key[0], service=label_value(key[1]))
 
 
 def _jobs(services: list[dict[str, Any]]) -> list[_Job]:

@@ -18,6 +18,7 @@ from gpumix.observe import (
 )
 from gpumix.operator.observing import Observer, observer_from_args
 from gpumix.reconcile.cluster import Snapshot
+from gpumix.render.names import labels_for
 
 from .test_cluster_pass import service, snap
 
@@ -162,3 +163,12 @@ def test_history_survives_an_unreachable_prometheus() -> None:
     assert len(source.ranges) == 2
     assert kept.history is not None and kept.history.values == first.history.values  # type: ignore[union-attr]
     assert kept.result.reason == UnknownReason.PROMETHEUS_UNAVAILABLE  # type: ignore[union-attr]
+
+
+def test_a_long_service_name_is_selected_by_the_label_value_its_pods_carry() -> None:
+    name = "a-very-long-service-name-" + "x" * 50
+    source = Source()
+    attach(Observer(source), prometheus(name))
+    value = labels_for(name)["gpumix.io/service"]
+    assert len(name) > 63 >= len(value)
+    assert source.queries and all(f'gpumix_io_service="{value}"' in q for q in source.queries)
