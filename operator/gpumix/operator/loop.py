@@ -77,6 +77,8 @@ class Planner:
         self.observer = observer or Observer(None)
         self.interval_s, self.time_limit_s = interval_s, time_limit_s
         self.budget_per_hour = budget_per_hour
+        self._exported: set[tuple[str, str]] = set()
+        """Services with metrics series, so that deleted ones are forgotten."""
         self.ready = asyncio.Event()
         """Set after the first pass, so that probes can tell a working operator."""
 
@@ -121,6 +123,9 @@ class Planner:
                 continue
         for bad in decision.invalid:
             log.warning("invalid %s %s: %s", bad.kind, "/".join(filter(None, bad.key)), bad.message)
+        for gone in self._exported - decision.services.keys():
+            metrics.forget(*gone)
+        self._exported = set(decision.services)
         for key, sd in decision.services.items():
             body = self.view.objects["services"].get(key)
             if body is None:

@@ -23,3 +23,19 @@ FORECAST_PEAK = Gauge("gpumix_forecast_peak_request_rate", "Forecast peak over t
 TPOT_RATIO = Gauge("gpumix_calibration_tpot_ratio", "Observed / profile-predicted TPOT", _SVC)
 MAXTPUT_FACTOR = Gauge("gpumix_calibration_maxtput_factor", "Learnt MaxTput multiplier", _SVC)
 BACKLOG = Gauge("gpumix_batch_backlog_requests", "Batch requests queued", _SVC)
+
+
+def forget(namespace: str, service: str) -> None:
+    """Drop every series of a deleted service (a gauge would otherwise report it forever)."""
+    for metric in (GPUS, COST, PLANS, OBSERVED, OBSERVED_RATE, PLANNED_RATE, FORECAST_PEAK,
+                   TPOT_RATIO, MAXTPUT_FACTOR, BACKLOG):  # fmt: skip
+        names = metric._labelnames  # prometheus_client has no public accessor
+        series = {
+            tuple(sample.labels[n] for n in names)
+            for family in metric.collect()
+            for sample in family.samples
+            if (sample.labels.get("namespace"), sample.labels.get("service"))
+            == (namespace, service)
+        }
+        for values in series:
+            metric.remove(*values)
