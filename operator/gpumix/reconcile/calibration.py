@@ -89,6 +89,9 @@ def calibrate(
     """This pass's `status.calibration` (None when nothing was ever observed)."""
     if obs is None or obs.histogram is None:
         return previous
+    seen = previous.observed_at if previous is not None else None
+    if seen is not None and round(obs.at) <= seen.timestamp():
+        return previous  # one update per observation (and no bisection on every pass)
     total = sum(map(sum, obs.histogram))
     rates = [[obs.request_rate * h / total for h in row] for row in obs.histogram]
     prediction = _predict(
@@ -96,9 +99,6 @@ def calibrate(
     )
     ratio = cal.latency_ratio(obs.tpot_seconds, prediction.tpot_ms if prediction else None)
     old = previous.max_tput_factor if previous is not None else 1.0
-    seen = previous.observed_at if previous is not None else None
-    if seen is not None and round(obs.at) <= seen.timestamp():
-        return previous  # one update per observation
     if not steady:
         correction = cal.Correction(old, False, "the plan is not in force yet (rolling out)")
     else:
