@@ -86,8 +86,10 @@ def dominated(instance: JointInstance) -> set[Key]:
     Option ``B`` (``k_B`` GPUs) is dominated by ``A`` in the same pool when ``k_A`` divides
     ``k_B``, ``m = k_B / k_A`` replicas of ``A`` cost no more than one of ``B`` and serve at
     least as much of every bucket (``m·MaxTput_A ≥ MaxTput_B``): any ``B`` replica can then be
-    swapped for ``m`` of ``A`` on the same GPUs. Running or pinned options are never pruned
-    (the churn penalty and the pins refer to them); among identical options the first stays.
+    swapped for ``m`` of ``A`` on the same GPUs. The swap adds ``m − 1`` replicas, which a
+    ``minReplicas`` floor only welcomes but a ``maxReplicas`` cap may forbid: under a cap only
+    ``m = 1`` prunes. Running or pinned options are never pruned (the churn penalty and the
+    pins refer to them); among identical options the first stays.
     """
     out: set[Key] = set()
     for si, service in enumerate(instance.services):
@@ -100,6 +102,8 @@ def dominated(instance: JointInstance) -> set[Key]:
                 if big.gpus_per_replica % small.gpus_per_replica:
                     continue
                 m = big.gpus_per_replica // small.gpus_per_replica
+                if m > 1 and service.max_replicas is not None:
+                    continue
                 if m * small.cost_per_hour > big.cost_per_hour + 1e-12:
                     continue
                 if all(
