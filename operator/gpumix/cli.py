@@ -125,7 +125,9 @@ def _plan(args: argparse.Namespace) -> int:
     if not services:
         print("error: no LLMService in the input", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if len(services) > 1 or args.objective == "throughput" or args.budget is not None:
+    # Mélange's single-service ILP knows no replica bounds: bounded services go joint too.
+    bounded = any(s.spec.min_replicas or s.spec.max_replicas is not None for s in services)
+    if len(services) > 1 or args.objective == "throughput" or args.budget is not None or bounded:
         return _plan_jointly(args, services, pools, profiles, formulation)
     worst = 0
     for service in services:
@@ -192,8 +194,9 @@ def _plan_jointly(
     profiles: list[GPUProfile],
     formulation: Formulation,
 ) -> int:
-    """Several LLMServices (or ``--objective``/``--budget``): one joint solve over the pools
-    (their ``maxGPUs`` caps), each service reported with its single-type baselines."""
+    """Several LLMServices (or ``--objective``/``--budget``, or ``minReplicas``/``maxReplicas``):
+    one joint solve over the pools (their ``maxGPUs`` caps), each service reported with its
+    single-type baselines."""
     worst = 0
     demands: list[ServiceDemand] = []
     titles: dict[str, str] = {}

@@ -154,3 +154,27 @@ def test_min_replicas_in_a_joint_plan(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["plan", *paths, "--output", "json"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sum(lines[0]["allocation"].values()) < 4 <= sum(lines[1]["allocation"].values())
+
+
+@pytest.mark.parametrize(("field", "value"), [("maxReplicas", 2), ("minReplicas", 5)])
+def test_one_service_keeps_its_replica_bounds(
+    field: str, value: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Unbounded, the example plans 3 replicas; a single service's maxReplicas / minReplicas
+    hold in both outputs (it goes through the joint planner, as several services do)."""
+    doc = yaml.safe_load((EXAMPLES / "chat.yaml").read_text())
+    doc["spec"][field] = value
+    path = tmp_path / "bounded.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    args = ["plan", str(path), EXAMPLE[1]]
+    assert main([*args, "--output", "json"]) == 0
+    (result,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    replicas = sum(result["allocation"].values())
+    assert replicas <= value if field == "maxReplicas" else replicas >= value
+    assert result["status"] == "optimal" and result["unserved_fraction"] == 0
+    assert result["reasons"] == []
+    assert main(args) == 0
+    table = capsys.readouterr().out.splitlines()
+    for option, count in result["allocation"].items():
+        if count:
+            assert any(line.startswith(f"  {option:<16}{count:>9}") for line in table)
