@@ -28,6 +28,7 @@ from gpumix.plan.joint import (
     Priority,
     ReplicaOption,
     ServiceDemand,
+    UnboundedThroughputError,
     solve_joint,
 )
 from gpumix.problem import ServiceProblem, build_problem
@@ -235,6 +236,12 @@ def _plan_jointly(
             print(json.dumps({"status": "unservable", "error": str(err)}))
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INFEASIBLE
+    except UnboundedThroughputError as err:
+        hint = "GPUPool spec.maxGPUs, --budget, LLMService spec.budget or spec.maxReplicas"
+        if args.output == "json":
+            print(json.dumps({"status": "unbounded", "error": str(err)}))
+        print(f"error: {err} ({hint})", file=sys.stderr)
+        return EXIT_BAD_INPUT
     assert plan is not None  # partial service is allowed: there is always a plan
     if args.output == "json":
         for name in titles:

@@ -178,3 +178,25 @@ def test_one_service_keeps_its_replica_bounds(
     for option, count in result["allocation"].items():
         if count:
             assert any(line.startswith(f"  {option:<16}{count:>9}") for line in table)
+
+
+def test_max_throughput_without_pool_limits_or_budget_says_what_to_set(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without GPUPools every profiled GPU type is an uncapped pool: with no budget either,
+    the throughput has no maximum (it used to print ×1e6 with a million replicas)."""
+    args = ["plan", *EXAMPLE, "--objective", "throughput"]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(
+        "error: max-throughput is unbounded: with no budget, no maxReplicas and no GPU limit on "
+        "pools a100-80gb, a10g, "
+    )
+    assert "(GPUPool spec.maxGPUs, --budget, LLMService spec.budget or spec.maxReplicas)" in (
+        captured.err
+    )
+    assert main([*args, "--output", "json"]) == 2
+    result = json.loads(capsys.readouterr().out)
+    assert result["status"] == "unbounded" and "set a pool's GPU limit" in result["error"]
+    assert main([*args, "--budget", "20"]) == 0

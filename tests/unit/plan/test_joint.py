@@ -16,6 +16,7 @@ from gpumix.plan.joint import (
     Priority,
     ReplicaOption,
     ServiceDemand,
+    UnboundedThroughputError,
     makespan,
     proportional_share,
     solve_joint,
@@ -310,3 +311,31 @@ def test_a_stage_optimum_reported_below_the_integral_one_does_not_fail_the_plan(
     unserved = {name: s.unserved_rate for name, s in plan.services.items()}
     assert unserved["s0"] + unserved["s1"] == pytest.approx(1.8, abs=1e-4)  # interactive first
     assert unserved["s2"] == pytest.approx(1.0, abs=1e-4)
+
+
+def _growable(pools: dict[str, int | None], **kw: object) -> JointInstance:
+    service = ServiceDemand.model_validate({"name": "s", "rates": [[20.0, 3.0]], "options": [
+        option("a", 2.0, [[10.0, 0.0]]), option("b", 1.5, [[3.0, 7.0]])], **kw})  # fmt: skip
+    return JointInstance(services=[service], pools=[PoolLimit(name=n, gpus=g)
+                                                    for n, g in pools.items()])  # fmt: skip
+
+
+def test_max_throughput_without_any_limit_is_rejected_naming_what_to_set() -> None:
+    """Every bucket servable in a pool without a GPU limit, no budget, no maxReplicas: the
+    throughput grows without end (it used to stop at an arbitrary cap of 1e6 with millions of
+    replicas, or fail validation there)."""
+    for pools, named in (({"a": None, "b": None}, "pools a, b"), ({"a": 2, "b": None}, "pool b")):
+        with pytest.raises(UnboundedThroughputError, match="max-throughput is unbounded") as err:
+            solve_joint(_growable(pools), Objective.MAX_THROUGHPUT)
+        assert f"no GPU limit on {named}" in str(err.value)
+        assert "set a pool's GPU limit, a budget or maxReplicas" in str(err.value)
+    # One limit every plan runs into is enough: a pool each bucket needs, a budget, maxReplicas.
+    bounded = [_growable({"a": 2, "b": 2}), _growable({"a": None, "b": None}, max_replicas=3),
+               _growable({"a": None, "b": None}, budget_per_hour=10.0),
+               _growable({"a": None, "b": None}).model_copy(update={"budget_per_hour": 10.0}),
+               _growable({"a": None, "b": 3})]  # fmt: skip
+    for inst in bounded:
+        plan = solve_joint(inst, Objective.MAX_THROUGHPUT)
+        assert plan is not None and plan.throughput_scale is not None
+        assert 0.5 <= plan.throughput_scale < 10
+    assert solve_joint(_growable({"a": None, "b": None})) is not None  # min-cost is bounded

@@ -18,7 +18,7 @@ from gpumix.plan.joint.instance import (
 from gpumix.plan.joint.makespan import makespan, proportional_share
 from gpumix.plan.joint.result import JointAllocation, ServiceAllocation
 from gpumix.plan.joint.sequential import SequentialPlan, solve_sequential
-from gpumix.plan.joint.solve import JointUnservableError, solve_joint
+from gpumix.plan.joint.solve import JointUnservableError, UnboundedThroughputError, solve_joint
 from gpumix.plan.joint.validate import validate_joint
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "SequentialPlan",
     "ServiceAllocation",
     "ServiceDemand",
+    "UnboundedThroughputError",
     "makespan",
     "proportional_share",
     "solve_joint",

@@ -352,4 +352,6 @@ def build(
 
 
 ALPHA_CAP = 1e6
-"""Upper bound on the throughput factor: without budget or pool limits ``α`` is unbounded."""
+"""Upper bound on the throughput factor, reached only when no service has traffic (any ``α``
+serves none); instances where demand can grow without end are rejected before
+(:func:`gpumix.plan.joint.solve.unbounded_pools`)."""

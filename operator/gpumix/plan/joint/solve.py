@@ -51,6 +51,43 @@ class JointUnservableError(ValueError):
         )
 
 
+class UnboundedThroughputError(ValueError):
+    """Max-throughput where nothing stops every demand from growing: there is no optimum."""
+
+    def __init__(self, pools: list[str]) -> None:
+        named = f"pool{'s' if len(pools) > 1 else ''} {', '.join(pools)}"
+        super().__init__(
+            f"max-throughput is unbounded: with no budget, no maxReplicas and no GPU limit on "
+            f"{named}, every demand can grow without end; set a pool's GPU limit, a budget or "
+            "maxReplicas"
+        )
+
+
+def unbounded_pools(instance: JointInstance) -> list[str]:
+    """The limitless pools in which every demand can grow without end under max-throughput;
+    empty when a budget, a ``maxReplicas`` or a pool's GPU limit bounds some bucket's
+    replicas (then ``α`` is bounded too) or when nothing has traffic."""
+    if instance.budget_per_hour is not None:
+        return []
+    pools: set[str] = set()
+    for service in instance.services:
+        buckets = service.buckets_with_traffic()
+        if buckets and (service.budget_per_hour is not None or service.max_replicas is not None):
+            return []
+        for b in buckets:
+            free = {
+                o.pool
+                for k, o in enumerate(service.options)
+                if o.fixed is None
+                and instance.pool(o.pool).gpus is None
+                and service.slice_load(k, b) is not None
+            }
+            if not free:
+                return []
+            pools |= free
+    return sorted(pools)
+
+
 def solve_joint(
     instance: JointInstance,
     objective: Objective = Objective.MIN_COST,
@@ -65,7 +102,8 @@ def solve_joint(
     ``decompose=False`` solves the full-service stage as one compact ILP instead of through
     :mod:`gpumix.plan.joint.benders` (same optimum; for comparison and as the reference).
 
-    Raises :class:`SolverError` when a stage stops without a solution and
+    Raises :class:`UnboundedThroughputError` for max-throughput with nothing to bound it,
+    :class:`SolverError` when a stage stops without a solution and
     :class:`InvalidAllocationError` when the answer fails :func:`validate_joint` (a bug).
     """
     for service in instance.services:
@@ -73,6 +111,8 @@ def solve_joint(
         if bad and (objective is Objective.MAX_THROUGHPUT or not instance.allow_partial):
             label = service.bucket_label(bad[0])
             raise JointUnservableError(service.name, label, service.slo_label)
+    if objective is Objective.MAX_THROUGHPUT and (pools := unbounded_pools(instance)):
+        raise UnboundedThroughputError(pools)
     allocation: JointAllocation | None
     if objective is Objective.MAX_THROUGHPUT:
         allocation = _max_throughput(instance, solver, time_limit_s, gap_rel)
