@@ -248,7 +248,7 @@ def _plan_jointly(
             print(json.dumps({"name": name, **joint_json(plan, name, baselines[name])}))
     else:
         print(joint_table(titles, plan, units))
-    if any(a.unserved_rate > 0 for a in plan.services.values()):
+    if any(a.short for a in plan.services.values()):
         worst = EXIT_INFEASIBLE
     return worst
 

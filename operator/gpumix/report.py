@@ -67,7 +67,7 @@ def joint_json(plan: JointAllocation, name: str, baselines: Plan | None) -> dict
     the joint solve it came from (`gpumix plan` with several LLMServices)."""
     alloc = plan.services[name]
     result = plan.result
-    status = result.status if alloc.unserved_rate == 0 else "partial"
+    status = "partial" if alloc.short else result.status
     return {
         "status": status,
         "allocation": dict(alloc.counts),
@@ -104,10 +104,12 @@ def joint_table(
                 gpus = count * units[name].get(option, 1)
                 lines.append(f"  {option:<16}{count:>9}{gpus:>6}{alloc.load[option]:>8.2f}")
         lines.append(f"  {'$/h':<16}{alloc.cost_per_hour:>23.3f}")
-        if alloc.unserved_rate > 0:
+        if alloc.short:
             lines.append(
                 f"  unserved: {100 * alloc.unserved_fraction:.1f}% ({'; '.join(alloc.reasons)})"
             )
+        elif alloc.reasons:  # all traffic served, the minReplicas floor is not
+            lines.append(f"  note: {'; '.join(alloc.reasons)}")
     r = plan.result
     gap = "" if r.gap is None else f", gap {r.gap:.2g}"
     scale = "" if plan.throughput_scale is None else f", throughput ×{plan.throughput_scale:.3g}"

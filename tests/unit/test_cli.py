@@ -180,6 +180,18 @@ def test_one_service_keeps_its_replica_bounds(
             assert any(line.startswith(f"  {option:<16}{count:>9}") for line in table)
 
 
+def test_an_unreachable_min_replicas_floor_is_noted_in_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = yaml.safe_load((EXAMPLES / "chat.yaml").read_text())
+    doc["spec"]["minReplicas"] = 50
+    path = tmp_path / "floor.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["plan", str(path), EXAMPLE[1], "--budget", "10"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  note:")]
+    assert len(notes) == 1 and "minReplicas 50 not reachable" in notes[0], notes
+
+
 def test_max_throughput_without_pool_limits_or_budget_says_what_to_set(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -229,7 +229,7 @@ def decide_planned(
                 message=f"{_change_summary(old, target)}: {rate}, {cost:.2f} $/h",
             )
         )
-    if short_of(allocation):
+    if allocation.short:
         message = status_message_unserved(allocation)
         seen = previous is not None and previous.unserved_reason == status.unserved_reason
         if not seen:
@@ -247,14 +247,6 @@ def decide_planned(
         events=events,
         held_gpus=held,
     )
-
-
-UNSERVED_TOL = 1e-4
-"""Unserved fractions below this are solver tolerance, not capacity shortfalls."""
-
-
-def short_of(allocation: ServiceAllocation) -> bool:
-    return allocation.unserved_fraction > UNSERVED_TOL
 
 
 def a_key(pool: str, gpus_per_replica: int) -> str:
@@ -334,7 +326,7 @@ def _status(
     left_out = f"; pools left out: {excluded}" if excluded else ""
     setc("Planned", ConditionStatus.TRUE, "PlanComputed",
          f"{_summary(target)} for {cost:.2f} $/h{left_out}")  # fmt: skip
-    unserved = short_of(allocation_result)
+    unserved = allocation_result.short
     if unserved:
         setc("Ready", ConditionStatus.FALSE, "InsufficientCapacity",
              status_message_unserved(allocation_result))  # fmt: skip
