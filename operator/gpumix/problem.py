@@ -11,7 +11,7 @@ check, from the roofline model). Options are named by :func:`option_key`.
 
 from pydantic import BaseModel, ConfigDict
 
-from gpumix.api import GPUPool, GPUProfile, LLMService
+from gpumix.api import GPUPool, GPUProfile, LLMService, Workload
 from gpumix.plan import AllocationInstance, GPUOption
 from gpumix.profiles import CATALOG, ProfileRangeError, max_tput_for_grid
 from gpumix.profiles.catalog import GPUType
@@ -175,3 +175,12 @@ def build_problem(
             slo_label=slo if spec.slo.ttft_ms is None else f"{slo}, TTFT {spec.slo.ttft_ms:g} ms",
         )
     return ServiceProblem(instance=instance, choices=choices, excluded=excluded)
+
+
+def with_rates(problem: ServiceProblem, workload: Workload) -> ServiceProblem:
+    """`problem` for another rate of the same workload: options and MaxTput do not depend on
+    the rate, so only the bucket rates change (no second `build_problem`)."""
+    if problem.instance is None:
+        return problem
+    instance = problem.instance.model_copy(update={"rates": workload.bucket_rates()})
+    return problem.model_copy(update={"instance": instance})

@@ -14,10 +14,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gpumix.api import BatchStatus, ConditionStatus, LLMService, LLMServiceStatus
 from gpumix.api.workload import Workload
-from gpumix.observe import ObservedWorkload
 from gpumix.observe.batch import BatchJob, reserve_for_batch, spare_rate
 from gpumix.problem import ServiceProblem, option_key
 from gpumix.reconcile.conditions import condition, remove_condition, set_condition
+from gpumix.reconcile.scaling import observed
 from gpumix.reconcile.service import EventSpec, ServiceDecision
 from gpumix.reconcile.workload import ServiceObservation, round_up
 
@@ -65,9 +65,9 @@ def backlog(service: LLMService, observation: ServiceObservation | None) -> floa
     """`spec.batch.backlogRequests` plus the requests waiting in the pods observed this pass."""
     assert service.spec.batch is not None
     queued = service.spec.batch.backlog_requests or 0.0
-    result = observation.result if observation is not None else None
-    if isinstance(result, ObservedWorkload):
-        queued += sum(p.waiting or 0.0 for p in result.pods)
+    obs = observed(observation)
+    if obs is not None:
+        queued += sum(p.waiting or 0.0 for p in obs.pods)
     return queued
 
 

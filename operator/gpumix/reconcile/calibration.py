@@ -11,13 +11,13 @@ the service by it. The prediction always uses the raw profile, so the factor con
 """
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 
 from gpumix.api import Calibration, CalibrationStatus, GPUProfileSpec
 from gpumix.api.workload import Workload
 from gpumix.observe import ObservedWorkload
 from gpumix.observe import calibration as cal
 from gpumix.problem import ServiceProblem
+from gpumix.reconcile.clock import utc
 
 
 def factor_of(spec: Calibration, previous: CalibrationStatus | None) -> float:
@@ -108,7 +108,7 @@ def calibrate(
             lo=spec.min_factor, hi=spec.max_factor,
         )  # fmt: skip
     return CalibrationStatus(
-        observed_at=datetime.fromtimestamp(round(obs.at), UTC),
+        observed_at=utc(obs.at),
         tpot_ratio=round(ratio, 3) if ratio is not None else None,
         predicted_tpot_ms=round(prediction.tpot_ms, 2) if prediction else None,
         prediction=prediction.bound if prediction else None,

@@ -38,7 +38,7 @@ from gpumix.plan.joint import (
     solve_joint,
 )
 from gpumix.plan.joint.churn import planned_rate
-from gpumix.problem import ServiceProblem, build_problem
+from gpumix.problem import ServiceProblem, build_problem, with_rates
 from gpumix.reconcile.batch import BatchPlan, annotate_batch, plan_batch
 from gpumix.reconcile.calibration import calibrate, factor_of, scaled
 from gpumix.reconcile.capacity import (
@@ -49,6 +49,7 @@ from gpumix.reconcile.capacity import (
     pool_nodes,
     pool_status,
 )
+from gpumix.reconcile.clock import parse_time
 from gpumix.reconcile.conditions import set_condition
 from gpumix.reconcile.kvmigration import planned_targets, reductions
 from gpumix.reconcile.scaling import observed, pacing_input, with_forecast
@@ -63,7 +64,6 @@ from gpumix.reconcile.workload import (
     ServiceObservation,
     annotate,
     decide,
-    parse_time,
     remembered,
     with_workload,
 )
@@ -196,17 +196,17 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
         except ValidationError as err:
             decisions[key] = _invalid_service(body, err, running, snap.now)
             continue
-        prev_workload = (_status_of(body) or LLMServiceStatus()).workload
+        prev_status = _status_of(body)
+        prev_workload = prev_status.workload if prev_status is not None else None
         observation = remembered(snap.observations.get(key), prev_workload, service.spec.workload)
         decision = decide(service.spec.workload, observation, snap.now)
         workloads[key], forecasts[key] = with_forecast(service.spec, decision, observation)
         service = with_workload(service, workloads[key].workload)
-        if service.spec.batch is not None:  # own replicas beyond servedBy's spare: batch.py
-            own = build_problem(service, pools, profiles, available, per_node)
-            batches[key] = plan_batch(service, own, snap.services, snap.observations.get(key))
-            service = with_workload(service, batches[key].workload)
-        prev_status = _status_of(body)
         problem = build_problem(service, pools, profiles, available, per_node)
+        if service.spec.batch is not None:  # own replicas beyond servedBy's spare: batch.py
+            batches[key] = plan_batch(service, problem, snap.services, observation)
+            service = with_workload(service, batches[key].workload)
+            problem = with_rates(problem, service.spec.workload)
         prev_cal = prev_status.calibration if prev_status is not None else None
         problem = scaled(problem, factor_of(service.spec.scaling.calibration, prev_cal))
         excluded = "; ".join(f"{p}: {why}" for p, why in problem.excluded.items())

@@ -12,12 +12,12 @@ between two observations do not step again on the same utilisation. An unknown u
 holds; nothing running applies the target at once (a new service must start somewhere).
 """
 
-from datetime import UTC, datetime
-
 from pydantic import BaseModel, ConfigDict
 
 from gpumix.api import Pacing, PacingStatus
 from gpumix.observe import pacing as lt
+from gpumix.reconcile.clock import utc
+from gpumix.reconcile.rollout import summary
 
 LABEL = {"Immediate": "LT-I", "Utilisation": "LT-U", "UtilisationGap": "LT-UA"}
 
@@ -33,14 +33,6 @@ class PacingInput(BaseModel):
     observed_rate: float | None = None
     forecast_rate: float | None = None
     in_final_window: bool = False
-
-
-def _summary(replicas: dict[str, int]) -> str:
-    return ",".join(f"{p}={n}" for p, n in sorted(replicas.items()) if n) or "none"
-
-
-def _at(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(round(ts), UTC)
 
 
 def pace(
@@ -62,9 +54,9 @@ def pace(
     def status(applied: dict[str, int], step_at: float | None, message: str) -> PacingStatus:
         return PacingStatus(
             mode=inp.mode,
-            target_summary=_summary(target),
-            applied_summary=_summary(applied),
-            last_step_observed_at=_at(step_at),
+            target_summary=summary(target),
+            applied_summary=summary(applied),
+            last_step_observed_at=None if step_at is None else utc(step_at),
             message=message,
         )
 
@@ -88,10 +80,10 @@ def pace(
     if paced == target:
         why = "at the plan"
     elif moved:
-        why = f"stepped towards {_summary(target)}"
+        why = f"stepped towards {summary(target)}"
     else:
         why = (
-            f"holding, the plan is {_summary(target)} (out above {lt.HIGH:.0%}, in below "
+            f"holding, the plan is {summary(target)} (out above {lt.HIGH:.0%}, in below "
             f"{lt.LOW:.0%})"
         )
     return paced, status(paced, step_at, f"{name}: {why}; KV utilisation {util}")

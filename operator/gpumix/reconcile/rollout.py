@@ -21,3 +21,8 @@ def settled(target: dict[str, int], ready: dict[str, int]) -> bool:
     """Every pool serves exactly its planned replicas (all new ones ready, old ones gone)."""
     pools = set(target) | set(ready)
     return all(ready.get(p, 0) == target.get(p, 0) for p in pools)
+
+
+def summary(replicas: dict[str, int]) -> str:
+    """Replicas per option for people, e.g. 'a100-80gb=1,l4=2' ('none' when nothing runs)."""
+    return ",".join(f"{p}={n}" for p, n in sorted(replicas.items()) if n) or "none"

@@ -31,6 +31,7 @@ from gpumix.reconcile import rollout
 from gpumix.reconcile.conditions import remove_condition, set_condition
 from gpumix.reconcile.kvmigration import reductions
 from gpumix.reconcile.pacing import LABEL, PacingInput, pace
+from gpumix.reconcile.rollout import summary
 
 COST_TOLERANCE = 1e-6
 
@@ -173,7 +174,7 @@ def decide_planned(
         if p not in conflicts
     }
     run_target = {p: n - kv_removed.get(p, 0) for p, n in target.items()}
-    note = f"; the KV scheduler runs {_summary(run_target)}" if kv_removed else ""
+    note = f"; the KV scheduler runs {summary(run_target)}" if kv_removed else ""
     pacing_status = None
     if pacing is not None:
         paced, pacing_status = pace(
@@ -181,7 +182,7 @@ def decide_planned(
         )
         paced = {p: run_target[p] if p in conflicts else n for p, n in paced.items()}
         if paced != run_target:
-            note += f"; pacing ({LABEL[pacing.mode]}) runs {_summary(paced)} for now"
+            note += f"; pacing ({LABEL[pacing.mode]}) runs {summary(paced)} for now"
         run_target = paced
     cost = sum(n * problem.choices[p].gpus_per_replica * problem.choices[p].price_per_gpu_hour
                for p, n in target.items())  # fmt: skip
@@ -325,7 +326,7 @@ def _status(
 
     left_out = f"; pools left out: {excluded}" if excluded else ""
     setc("Planned", ConditionStatus.TRUE, "PlanComputed",
-         f"{_summary(target)} for {cost:.2f} $/h{left_out}")  # fmt: skip
+         f"{summary(target)} for {cost:.2f} $/h{left_out}")  # fmt: skip
     unserved = allocation_result.short
     if unserved:
         setc("Ready", ConditionStatus.FALSE, "InsufficientCapacity",
@@ -333,7 +334,7 @@ def _status(
     elif waiting:
         setc("Ready", ConditionStatus.FALSE, "RollingOut", "waiting for " + ", ".join(waiting))
     else:
-        setc("Ready", ConditionStatus.TRUE, "Serving", f"{_summary(target)} serving{note}")
+        setc("Ready", ConditionStatus.TRUE, "Serving", f"{summary(target)} serving{note}")
     if unserved:
         setc("Degraded", ConditionStatus.TRUE, "PartiallyServed",
              "; ".join(allocation_result.reasons))  # fmt: skip
@@ -370,7 +371,7 @@ def _status(
             over_provision=wl.over_provision,
             planned_request_rate=planned_rate,
         ),
-        replicas_summary=_summary(target),
+        replicas_summary=summary(target),
         unserved_fraction=round(allocation_result.unserved_fraction, 4) if unserved else None,
         unserved_reason="; ".join(allocation_result.reasons) if unserved else None,
         pool_shares=_pool_shares(choices, target, pool_gpus),
@@ -393,7 +394,3 @@ def _pool_shares(
         percent = round(100 * n / total, 1) if total else None
         out.append(PoolShare(pool=pool, gpus=n, percent=percent))
     return out
-
-
-def _summary(target: dict[str, int]) -> str:
-    return ",".join(f"{p}={n}" for p, n in sorted(target.items()) if n) or "none"

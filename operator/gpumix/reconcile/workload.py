@@ -10,7 +10,6 @@ operator cannot observe: `WorkloadObserved=False reason=PrometheusNotConfigured`
 """
 
 import math
-from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict
 
@@ -26,6 +25,7 @@ from gpumix.observe import (
     decide_workload,
 )
 from gpumix.observe.history import RateHistory
+from gpumix.reconcile.clock import parse_time, utc
 from gpumix.reconcile.conditions import condition, remove_condition, set_condition
 from gpumix.reconcile.service import EventSpec, ServiceDecision
 
@@ -49,13 +49,6 @@ class ServiceObservation(BaseModel):
     """The last good observation the operator remembers (from earlier passes)."""
     history: RateHistory | None = None
     """The request-rate history for forecasting (services with `scaling.forecast`)."""
-
-
-def parse_time(rfc3339: str) -> float:
-    try:
-        return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def round_up(rate: float, digits: int = RATE_DIGITS) -> float:
@@ -114,10 +107,6 @@ def with_workload(service: LLMService, workload: Workload) -> LLMService:
     return service.model_copy(update={"spec": spec})
 
 
-def _iso(at: float) -> datetime:
-    return datetime.fromtimestamp(round(at), UTC)
-
-
 def annotate(
     sd: ServiceDecision,
     decision: WorkloadDecision,
@@ -146,7 +135,7 @@ def annotate(
             update={
                 "source": decision.workload.source,
                 "origin": decision.origin,
-                "observed_at": _iso(obs.at) if obs is not None else None,
+                "observed_at": utc(obs.at) if obs is not None else None,
                 "observed_rate": _round(obs.request_rate) if obs is not None else None,
                 "observed_histogram": _shares(obs.histogram) if obs is not None else None,
                 "ttft_seconds": _round(obs.ttft_seconds) if obs is not None else None,

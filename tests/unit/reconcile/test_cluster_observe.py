@@ -7,9 +7,10 @@ import pytest
 
 from gpumix.api import ConditionStatus
 from gpumix.observe import ObservationUnknown, ObservedWorkload, UnknownReason
+from gpumix.reconcile.clock import parse_time
 from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
 from gpumix.reconcile.service import ServiceDecision
-from gpumix.reconcile.workload import ServiceObservation, parse_time, round_up
+from gpumix.reconcile.workload import ServiceObservation, round_up
 
 from .test_cluster_pass import NOW, cond, service, snap
 
