@@ -12,6 +12,7 @@ import math
 import shutil
 import tempfile
 import time
+from typing import Any
 
 import pulp
 
@@ -72,6 +73,13 @@ def _run_highs(
     from highspy import HighsModelStatus  # noqa: PLC0415 - optional until HiGHS is in use
 
     highs = problem.solverModel
+    if mip_start and _returned_the_start(highs):
+        # HiGHS 1.16 can report the better objective it found while handing back the start's
+        # values; a caller acting on those values would act on a solution HiGHS did not mean.
+        left = time_limit_s - (time.perf_counter() - start)
+        result = _run_highs(problem, max(left, 0.0), gap_rel, options)
+        note = "HiGHS returned its MIP start, not the solution it reported; re-solved without it"
+        return result.model_copy(update={"message": f"{note}; {result.message}"})
     model_status = highs.getModelStatus()
     info = highs.getInfo()
     description = highs.modelStatusToString(model_status)
@@ -94,6 +102,19 @@ def _run_highs(
     objective = _objective(problem) if status in ("optimal", "feasible") else None
     gap = float(info.mip_gap) if objective is not None and math.isfinite(info.mip_gap) else None
     return _result("highs", status, objective=objective, gap=gap, start=start, message=description)
+
+
+def _returned_the_start(highs: Any) -> bool:
+    """Whether HiGHS's solution values disagree with the objective it reports for them."""
+    info = highs.getInfo()
+    if info.primal_solution_status != 2:  # kSolutionStatusFeasible
+        return False
+    lp = highs.getLp()
+    at_values = lp.offset_ + math.fsum(
+        c * x for c, x in zip(lp.col_cost_, highs.getSolution().col_value, strict=True)
+    )
+    reported = float(info.objective_function_value)
+    return abs(at_values - reported) > 1e-6 * max(1.0, abs(reported))
 
 
 class _StartedHiGHS(pulp.HiGHS):  # type: ignore[misc]

@@ -8,7 +8,7 @@ validator; and the fallbacks (no highspy, CBC) still plan.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from test_joint import QUICK, fig2, joint_instances
 
 from gpumix.plan.joint import JointInstance, benders, solve_joint, validate_joint
@@ -30,8 +30,21 @@ def _compact(inst: JointInstance) -> tuple[jm.JointModel, float | None]:
     return model, result.objective if result.status == "optimal" else None
 
 
+STALE_MIP_START = (
+    '{"services":[{"name":"s0","rates":[[2.0,2.0]],"options":[{"name":"p0-tp1","pool":"p0","co'
+    'st_per_hour":0.5,"max_tput":[[4.0,0.0]]},{"name":"p0-tp2","pool":"p0","gpus_per_replica":2,'
+    '"cost_per_hour":1.0,"max_tput":[[8.0,8.0]],"running":1},{"name":"p1-tp1","pool":"p1","cost_'
+    'per_hour":0.5,"max_tput":[[1.0,4.0]],"running":2}],"slice_factor":1}],"pools":[{"name":"p0"'
+    '},{"name":"p1"}]}'
+)
+"""Issue #13 (hypothesis 6.170.15 on highspy 1.16): the master's optimum (one p0-tp1 replica,
+which cannot serve bucket 2) was never cut, because HiGHS handed back the MIP start's values with
+the better objective; the loop re-solved the same master until its round limit and gave up."""
+
+
 @QUICK
 @given(joint_instances())
+@example(JointInstance.model_validate_json(STALE_MIP_START))
 def test_benders_reaches_the_compact_optimum(inst: JointInstance) -> None:
     inst = _full_service(inst)
     if not benders.applicable(inst):

@@ -71,3 +71,28 @@ def test_falls_back_to_cbc_when_highs_errors(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_highs_is_available_here() -> None:
     assert solvers.highs_available()
+
+
+def _benders_master() -> tuple[pulp.LpProblem, list[pulp.LpVariable]]:
+    """The Benders master of issue #13's counterexample after its first routing cuts."""
+    problem = pulp.LpProblem("master", pulp.LpMinimize)
+    y = [problem.add_variable(f"y{o}", lowBound=0, cat=pulp.LpInteger) for o in range(3)]
+    a = [problem.add_variable(f"a{o}", lowBound=0) for o in range(3)]
+    problem += pulp.lpSum([0.5 * y[0], y[1], 0.5 * y[2], 5e-5 * a[0], 1e-4 * a[1], 5e-5 * a[2]])
+    for o, running in enumerate([0, 1, 2]):
+        problem += a[o] - y[o] >= -running
+    problem += y[0] + y[1] + y[2] >= 0.5
+    problem += y[0] + y[1] + 0.5 * y[2] >= 0.5
+    problem += 0.5 * y[0] + y[1] + 0.5 * y[2] >= 0.5
+    problem += 0.5 * y[0] + y[1] + 0.125 * y[2] >= 0.3125
+    return problem, y
+
+
+def test_the_values_of_a_mip_started_solve_are_the_optimum_reported() -> None:
+    """highspy 1.16 reports the optimum it found (0.50005, one y0 replica) but hands back the
+    MIP start's values (one y1 replica, 1.0); the adapter must return the optimum's values."""
+    problem, y = _benders_master()
+    result = solvers.run(problem, "highs", 10.0, start={"y1": 1.0})
+    assert result.status == "optimal"
+    assert result.objective == pytest.approx(0.50005)
+    assert [v.value() for v in y] == pytest.approx([1.0, 0.0, 0.0])

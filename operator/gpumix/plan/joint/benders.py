@@ -366,11 +366,13 @@ def solve_benders(
         # The improving solutions HiGHS kept, and its answer (which it does not always keep).
         found = [[float(x) for x in saved.col_value] for saved in highs.getSavedMipSolutions()]
         found.append([float(v.value() or 0.0) for v in variables])
+        progress = False
         for n, col_value in enumerate(found):
             counts = {k: float(round(col_value[v.index])) for k, v in master.counts.items()}
             checked = separate(counts, SAVED_VIOLATION)
             if checked is None:
                 return None
+            progress |= checked[0] > 0
             if checked[1] and n == len(found) - 1:
                 # HiGHS's answer overloads a few services: re-plan just those in what the
                 # others leave (a feasible plan, usually close to the master's bound).
@@ -380,9 +382,11 @@ def solve_benders(
                     counts, checked = repaired, recheck
             cost = plan_cost(counts)
             if not checked[1] and cost < best_cost:
-                best_cost, best = cost, counts
+                best_cost, best, progress = cost, counts, True
         if best is not None and best_cost - bound <= max(gap_rel * abs(best_cost), ABS_GAP):
             break
+        if not progress:
+            return None  # no new cut, no better plan: the next master solve would be this one
     else:
         return None
     assert best is not None
