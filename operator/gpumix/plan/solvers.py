@@ -110,7 +110,7 @@ def _returned_the_start(highs: Any) -> bool:
     if info.primal_solution_status != 2:  # kSolutionStatusFeasible
         return False
     lp = highs.getLp()
-    at_values = lp.offset_ + math.fsum(
+    at_values = float(lp.offset_) + math.fsum(
         c * x for c, x in zip(lp.col_cost_, highs.getSolution().col_value, strict=True)
     )
     reported = float(info.objective_function_value)
