@@ -4,11 +4,12 @@
 
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
-# Only what the package build needs (see .dockerignore).
-COPY pyproject.toml README.md ./
+# Only what the package build needs (see .dockerignore); constraints.txt pins every version,
+# the build backend's too (PIP_CONSTRAINT reaches pip's isolated build environment).
+COPY pyproject.toml README.md constraints.txt ./
 COPY operator/ operator/
 RUN python -m venv /opt/gpumix \
- && /opt/gpumix/bin/pip install --no-cache-dir /src
+ && PIP_CONSTRAINT=/src/constraints.txt /opt/gpumix/bin/pip install --no-cache-dir /src
 
 FROM python:3.11-slim-bookworm
 # uid/gid 65532 as in the manifests' and chart's securityContext (runAsUser, runAsGroup).

@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO_ROOT / "hack"))
 
 # hack/ holds the cluster code (and is on sys.path only through this line).
 import gpumix_testcluster as testcluster  # noqa: E402
+import proptest  # noqa: E402, F401 - registers and loads the Hypothesis profiles
 from gpumix_e2e import KubeTarget, install_crds  # noqa: E402
 
 

@@ -10,11 +10,12 @@
 from __future__ import annotations
 
 import pulp
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gpumix.kvsched import Mell, make_baseline
 from gpumix.kvsched.theorem import violations
+from proptest import budget
 
 C = 120
 EXCEPTIONS = 8
@@ -64,7 +65,7 @@ def drive(m: Mell | object, plan: list[Epoch], check: object = None) -> None:
             check(m)
 
 
-@settings(max_examples=50, deadline=None)
+@budget(50)
 @given(plan=epochs, batching=st.booleans())
 def test_mell_never_overflows_and_bounds_migrations_per_operation(
     plan: list[Epoch], batching: bool
@@ -78,7 +79,7 @@ def test_mell_never_overflows_and_bounds_migrations_per_operation(
     drive(m, plan, check)
 
 
-@settings(max_examples=50, deadline=None)
+@budget(50)
 @given(plan=epochs)
 def test_theorem1_properties_hold_after_batched_epochs_but_for_a_few_pods(
     plan: list[Epoch],
@@ -123,7 +124,7 @@ small_epochs = st.lists(
 )
 
 
-@settings(max_examples=50, deadline=None)
+@budget(50)
 @given(plan=small_epochs)
 def test_pods_within_four_thirds_of_the_offline_optimum(plan: list[Epoch]) -> None:
     m = Mell(C, pods_per_node=2)
@@ -136,7 +137,7 @@ def test_pods_within_four_thirds_of_the_offline_optimum(plan: list[Epoch]) -> No
     drive(m, plan, check)
 
 
-@settings(max_examples=30, deadline=None)
+@budget(30)
 @given(plan=epochs, name=st.sampled_from(["BF", "WF", "LB"]))
 def test_baselines_never_overflow(plan: list[Epoch], name: str) -> None:
     drive(make_baseline(name, C, pods_per_node=2), plan)

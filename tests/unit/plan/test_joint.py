@@ -5,7 +5,7 @@ unserved traffic reported, joint cost ≤ one-at-a-time cost)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from gpumix.plan import AllocationInstance, GPUOption, solve
@@ -23,6 +23,7 @@ from gpumix.plan.joint import (
     solve_sequential,
     validate_joint,
 )
+from proptest import budget
 
 
 def option(name: str, cost: float, tput: list[list[float]], **kw: object) -> ReplicaOption:
@@ -179,7 +180,7 @@ def test_jiang_case_3_and_the_max_throughput_optimum() -> None:
 
 # ---------------------------------------------------------------- properties on random instances
 
-QUICK = settings(max_examples=25, deadline=None)
+QUICK = budget(25)
 
 
 @st.composite

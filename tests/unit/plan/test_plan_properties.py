@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 from plan_helpers import brute_force_cost
 
@@ -14,8 +14,9 @@ from gpumix.plan import (
     plan_allocation,
     solve,
 )
+from proptest import budget
 
-QUICK = settings(max_examples=40, deadline=None)
+QUICK = budget(40)
 
 
 @st.composite

@@ -5,7 +5,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.client import ApiClient
 from render_helpers import Inputs, make_pool
@@ -24,8 +24,9 @@ from gpumix.render import (
     service_name,
     toleration_dict,
 )
+from proptest import budget
 
-QUICK = settings(max_examples=200, deadline=None)
+QUICK = budget(200)
 
 # Kubernetes object names: DNS-1123 subdomains (lowercase alphanumerics, '-' and '.').
 _SUB = st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,200}[a-z0-9])?", fullmatch=True)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from sim_helpers import pods, poisson, simulate, tiny_pod
 
 from gpumix.sim.request import Request
+from proptest import budget
 
 
 def _outcome(requests: list[Request]) -> list[tuple[float | None, float | None, int]]:
@@ -49,7 +50,7 @@ def test_requests_longer_than_the_context_are_dropped_with_a_reason() -> None:
     assert reqs[1].finish is not None
 
 
-@settings(max_examples=40, deadline=None)
+@budget(40)
 @given(
     sizes=st.lists(
         st.tuples(st.floats(0, 5), st.integers(1, 1500), st.integers(1, 600)),
