@@ -2,7 +2,7 @@
 
 Replays the Azure LLM inference trace 2023 (conversation, 1 hour, 19,366 requests; arrivals and
 sizes from the trace) on a 10-pod plan for Llama-2-7B (A100-80GB×3, A10G×5, L4×2) behind
-Mélange's load balancer (App. A.2, MaxTput weights from the shipped example profiles). Requests
+the routing core (gpumix.route; MaxTput weights from the shipped example profiles). Requests
 longer than Llama-2's 4,096-token context are dropped by the pods, as vLLM rejects them; they
 count as simulated requests (they are routed and rejected) and are reported separately.
 
@@ -29,10 +29,11 @@ from gpumix.manifests import (
 )
 from gpumix.problem import build_problem
 from gpumix.profiles.models import model_shape
+from gpumix.route import RoutingTable, histogram_prior
 from gpumix.sim import traffic
 from gpumix.sim.cluster import PodGroup, build_pods, run
 from gpumix.sim.engine import EngineConfig
-from gpumix.sim.routing import MelangeRouter
+from gpumix.sim.routing import PlanRouter
 
 ROOT = Path(__file__).resolve().parents[1]
 MIX = {"a100-80gb": 3, "a10g": 5, "l4": 2}
@@ -66,13 +67,9 @@ def _replay(
     t0 = time.perf_counter()
     pods = build_pods(groups, model_shape(service.spec.model.name), config)
     wl = service.spec.workload
-    router = MelangeRouter(
-        [g.pool for g in groups for _ in range(g.replicas)],
-        weights,
-        wl.input_edges,
-        wl.output_edges,
-        seed=1,
-    )
+    pool_of = [g.pool for g in groups for _ in range(g.replicas)]
+    table = RoutingTable.from_plan(wl.input_edges, wl.output_edges, weights, MIX)
+    router = PlanRouter(table, pods, pool_of, histogram_prior(wl.output_edges, wl.histogram))
     end = run(pods, router, requests)
     wall = time.perf_counter() - t0
     done = sum(r.finish is not None for r in requests)

@@ -82,6 +82,7 @@ def run(pods: Sequence[Engine], router: Router, requests: Sequence[Request]) -> 
         k = router.route(r, pods, now)
         pod = pods[k]
         if not pod.enqueue(r, now):
+            router.dropped(r)
             continue
         if pod.busy:
             if pod.cut(now):

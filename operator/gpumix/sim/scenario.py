@@ -19,12 +19,13 @@ from gpumix.api import GPUPool, GPUProfile, LLMService
 from gpumix.plan import solve
 from gpumix.problem import build_problem, pool_price
 from gpumix.profiles.models import model_shape
+from gpumix.route import RoutingTable, histogram_prior
 from gpumix.sim import traffic
 from gpumix.sim.cluster import PodGroup, build_pods, run
 from gpumix.sim.engine import Engine, EngineConfig
 from gpumix.sim.report import SimReport, summarise
 from gpumix.sim.request import Request
-from gpumix.sim.routing import LeastLoaded, MelangeRouter, RoundRobin, Router
+from gpumix.sim.routing import LeastLoaded, PlanRouter, RoundRobin, Router
 
 Matrix = list[list[float]]
 RouterName = Literal["melange", "melange-oracle", "round-robin", "least-loaded"]
@@ -86,19 +87,6 @@ def make_traffic(service: LLMService, spec: TrafficSpec) -> list[Request]:
     return traffic.make_requests(np.asarray(times), prompts, outputs)
 
 
-def _prior_output(service: LLMService) -> list[float]:
-    """Histogram-weighted mean output per input bucket: the LB's estimate before it has seen
-    any request of the bucket finish."""
-    wl = service.spec.workload
-    mids = [(a + b) / 2 for a, b in zip(wl.output_edges, wl.output_edges[1:], strict=False)]
-    out = []
-    for row in wl.histogram:
-        total = sum(row)
-        out.append(sum(w * m for w, m in zip(row, mids, strict=True)) / total if total else 0.0)
-    fallback = sum(mids) / len(mids)
-    return [v or fallback for v in out]
-
-
 @dataclass(frozen=True)
 class SimRun:
     report: SimReport
@@ -158,13 +146,14 @@ def simulate_service(
     elif router == "least-loaded":
         chosen = LeastLoaded()
     else:
-        chosen = MelangeRouter(
+        table = RoutingTable.from_plan(
+            wl.input_edges, wl.output_edges, dict(weights or {}), dict(plan.counts)
+        )
+        chosen = PlanRouter(
+            table,
+            pods,
             pool_of,
-            weights or {},
-            wl.input_edges,
-            wl.output_edges,
-            prior_output=_prior_output(service),
-            seed=traffic_spec.seed + 2,
+            histogram_prior(wl.output_edges, wl.histogram),
             oracle=router == "melange-oracle",
         )
     end = run(pods, chosen, requests)

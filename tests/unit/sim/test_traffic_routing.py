@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from sim_helpers import pods
 
+from gpumix.route import RoutingTable
 from gpumix.sim import traffic
 from gpumix.sim.request import Request
-from gpumix.sim.routing import LeastLoaded, MelangeRouter, RoundRobin
+from gpumix.sim.routing import LeastLoaded, PlanRouter, RoundRobin
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 
@@ -62,18 +63,21 @@ def test_unknown_trace_names_the_short_names() -> None:
         traffic.load_trace("nope.csv")
 
 
-def test_melange_router_follows_the_weights_of_the_estimated_bucket() -> None:
+def test_plan_router_follows_the_split_of_the_estimated_bucket() -> None:
     engines = pods("a10g", 3)
     share = {"a": [[1.0, 0.0]], "b": [[0.0, 1.0]]}
-    router = MelangeRouter(["a", "b", "b"], share, [1, 100], [1, 10, 100], prior_output=[50.0])
-    picks = Counter(router.route(Request(k, 0, 10, 5), engines, 0.0) for k in range(3000))
-    assert picks[0] == 0 and abs(picks[1] - picks[2]) < 200  # bucket (0, 1): all on type b
-    for k in range(50):  # observed outputs are short: the estimate moves to bucket (0, 0)
+    table = RoutingTable.from_plan([1, 100], [1, 10, 100], share, {"a": 1, "b": 2})
+    router = PlanRouter(table, engines, ["a", "b", "b"], prior_output=[50.0])
+    picks = Counter(router.route(Request(k, 0, 10, 5), engines, 0.0) for k in range(30))
+    assert picks == {1: 15, 2: 15}  # bucket (0, 1): all on type b, its two pods alike
+    for k in range(30):  # observed outputs are short: the estimate moves to bucket (0, 0)
         router.observe(Request(k, 0, 10, 3))
-    assert router.bucket(10) == (0, 0)
-    assert {router.route(Request(k, 0, 10, 80), engines, 0.0) for k in range(200)} == {0}
-    oracle = MelangeRouter(["a", "b", "b"], share, [1, 100], [1, 10, 100], oracle=True)
+    assert {router.route(Request(100 + k, 0, 10, 80), engines, 0.0) for k in range(20)} == {0}
+    oracle = PlanRouter(table, engines, ["a", "b", "b"], prior_output=[5.0], oracle=True)
     assert oracle.route(Request(0, 0, 10, 80), engines, 0.0) in (1, 2)
+    assert router.core.ledger.requests("a10g-0") == 20
+    router.dropped(Request(100, 0, 10, 80))
+    assert router.core.ledger.requests("a10g-0") == 19
 
 
 def test_round_robin_and_least_loaded() -> None:
