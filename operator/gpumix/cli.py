@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from gpumix.api import RESOURCES, GPUPool, GPUProfile, LLMService
 from gpumix.api.crdgen import write_crds
+from gpumix.attainment import promise
 from gpumix.install import write_install_files
 from gpumix.manifests import ManifestError, describe, load_inputs
 from gpumix.melange_config import MelangeConfig
@@ -35,7 +36,14 @@ from gpumix.problem import ServiceProblem, build_problem
 from gpumix.profiles import UnknownGPUTypeError, gpu_type
 from gpumix.profiles.models import model_shape
 from gpumix.profiles.roofline import estimate_profile
-from gpumix.report import joint_json, joint_table, plan_json, plan_table
+from gpumix.report import (
+    joint_json,
+    joint_table,
+    plan_json,
+    plan_table,
+    promise_json,
+    promise_table,
+)
 from gpumix.sim import cli as sim_cli
 from gpumix.yamlout import dump_all
 
@@ -133,26 +141,51 @@ def _plan(args: argparse.Namespace) -> int:
     worst = 0
     for service in services:
         problem = build_problem(service, pools, profiles)
-        ns = service.metadata.get("namespace", "default")
-        title = _title(service)
         for pool, why in problem.excluded.items():
             print(f"note: {service.name}: pool {pool} left out: {why}", file=sys.stderr)
         if problem.instance is None:
             print(f"error: {service.name}: no usable GPU pool", file=sys.stderr)
             worst = max(worst, EXIT_INFEASIBLE)
             continue
-        units = {n: c.gpus_per_replica for n, c in problem.choices.items()}
-        name = f"{ns}/{service.name}"
-        code = _solve_and_print(
-            args,
-            name=name,
-            title=title,
-            instance=problem.instance,
-            units=units,
-            formulation=formulation,
-        )
-        worst = max(worst, code)
+        worst = max(worst, _promise_and_print(args, service, problem, pools, profiles))
     return worst
+
+
+def _promise_and_print(
+    args: argparse.Namespace,
+    service: LLMService,
+    problem: ServiceProblem,
+    pools: list[GPUPool],
+    profiles: list[GPUProfile],
+) -> int:
+    """One service: the plan (to its attainment target, or Mélange's), simulated as deployed."""
+    assert problem.instance is not None
+    ns = service.metadata.get("namespace", "default")
+    name, title = f"{ns}/{service.name}", _title(service)
+    try:
+        promised = promise(
+            service, pools, profiles, problem.instance, target=args.attainment_target,
+            planner=args.planner, formulation=Formulation(args.formulation), solver=args.solver,
+            time_limit_s=args.time_limit,
+        )  # fmt: skip
+    except UnservableBucketError as err:
+        if args.output == "json":
+            print(json.dumps({"name": name, "status": "unservable", "error": str(err)}))
+        print(f"error: {title}: {err}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    units = {n: c.gpus_per_replica for n, c in problem.choices.items()}
+    if args.output == "json":
+        print(json.dumps({"name": name, **promise_json(promised)}))
+    else:
+        print(promise_table(title, promised, problem.instance, units))
+    if promised.plan.allocation is None:
+        return EXIT_INFEASIBLE
+    if not promised.reached:
+        assert promised.predicted is not None
+        print(f"warning: {name}: predicted attainment {100 * promised.predicted.met:.2f}% is "
+              f"below the target {100 * promised.target:g}%", file=sys.stderr)  # fmt: skip
+        return EXIT_INFEASIBLE
+    return 0
 
 
 def _title(service: LLMService) -> str:
@@ -311,6 +344,16 @@ def build_parser() -> argparse.ArgumentParser:
         "(cost), or the largest common multiple of every demand within --budget (throughput)",
     )  # fmt: skip
     plan.add_argument("--budget", type=float, help="cluster-wide cap in $/h (joint plan)")
+    plan.add_argument(
+        "--planner", choices=["slo", "melange"], default="slo",
+        help="slo: the cheapest plan whose simulated attainment reaches the target (default); "
+        "melange: Mélange's ILP alone, its simulated attainment reported",
+    )  # fmt: skip
+    plan.add_argument(
+        "--attainment-target", type=float,
+        help="share of requests that must meet the SLO (default: each LLMService's "
+        "spec.slo.attainmentTarget, 0.99)",
+    )  # fmt: skip
     plan.set_defaults(func=_plan)
 
     profile = sub.add_parser("profile", help="GPU performance profiles")

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from gpumix.attainment import PredictedAttainment, PromisedPlan
 from gpumix.plan import Allocation, AllocationInstance, Plan
 from gpumix.plan.joint import JointAllocation
 
@@ -117,4 +118,68 @@ def joint_table(
     lines.append(f"joint plan ({plan.objective.value}): {plan.cost_per_hour:.3f} $/h{scale}; "
                  f"GPUs {used or 'none'}")  # fmt: skip
     lines.append(f"  solved in {r.seconds:.3f} s ({r.solver}, {r.status}{gap})")
+    return "\n".join(lines)
+
+
+def _attainment_json(p: PredictedAttainment) -> dict[str, Any]:
+    return {
+        "met": round(p.met, 6),
+        "tpot": round(p.tpot, 6),
+        "ttft": None if p.ttft is None else round(p.ttft, 6),
+        "requests": p.requests,
+        "pools": {n: round(a.met, 6) for n, a in p.pools.items()},
+    }
+
+
+def promise_json(promised: PromisedPlan) -> dict[str, Any]:
+    """`plan_json`'s keys plus the plan's number: its predicted attainment and target."""
+    out = plan_json(promised.plan)
+    alloc = promised.plan.allocation
+    out.update(
+        {
+            "planner": promised.planner,
+            "attainment_target": promised.target,
+            "predicted_attainment": None
+            if promised.predicted is None
+            else _attainment_json(promised.predicted),
+            "baseline_attainment": {
+                n: None if a is None else round(a, 6)
+                for n, a in promised.baseline_attainment.items()
+            },
+            "derating": {n: round(f, 6) for n, f in promised.derating.items()},
+            "planning_rounds": promised.rounds,
+            "share": {} if alloc is None else alloc.share,
+        }
+    )
+    if promised.predicted is not None and not promised.reached:
+        out["status"] = "below_target"
+    return out
+
+
+def promise_table(
+    title: str,
+    promised: PromisedPlan,
+    instance: AllocationInstance,
+    unit_gpus: dict[str, int] | None = None,
+) -> str:
+    """`plan_table` with the predicted attainment of the mix and of each baseline."""
+    lines = plan_table(title, promised.plan, instance, unit_gpus).splitlines()
+    p = promised.predicted
+    if p is not None:
+        ttft = "" if p.ttft is None else f", TTFT {100 * p.ttft:.2f}%"
+        verdict = "meets" if promised.reached else "BELOW"
+        lines.insert(
+            -len(promised.plan.baselines) - 1,
+            f"  predicted attainment {100 * p.met:.2f}% ({verdict} the {100 * promised.target:g}% "
+            f"target; TPOT {100 * p.tpot:.2f}%{ttft}; {p.requests} simulated requests"
+            + ("" if promised.planner == "melange" else f", {promised.rounds} planning rounds")
+            + ")",
+        )
+    header = len(lines) - len(promised.plan.baselines) - 1
+    if promised.planner == "slo":
+        lines[header] = "  single-type baselines at the same attainment target:"
+    for k, name in enumerate(promised.plan.baselines):
+        met = promised.baseline_attainment.get(name)
+        if met is not None:
+            lines[header + 1 + k] += f"  [{100 * met:.1f}% predicted]"
     return "\n".join(lines)

@@ -75,6 +75,10 @@ def _batch_on_interactive(spec: dict[str, Any]) -> None:
     spec["batch"] = {"deadlineSeconds": 3600}
 
 
+def _attainment_target_of_one(spec: dict[str, Any]) -> None:
+    spec["slo"]["attainmentTarget"] = 1.0
+
+
 def _batch_deadline_too_short(spec: dict[str, Any]) -> None:
     spec["priority"] = "Batch"
     spec["batch"] = {"deadlineSeconds": 10}
@@ -102,6 +106,12 @@ def _batch_deadline_too_short(spec: dict[str, Any]) -> None:
             id="negative-request-rate",
         ),
         pytest.param(_missing_slo, "spec.slo", "Required value", id="missing-slo"),
+        pytest.param(
+            _attainment_target_of_one,
+            "spec.slo.attainmentTarget",
+            "less than or equal to 0.9999",
+            id="attainment-target",
+        ),
         pytest.param(
             _forecast_without_prometheus,
             "spec.scaling",

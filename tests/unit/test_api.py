@@ -67,6 +67,8 @@ def test_over_provision_scales_bucket_rates() -> None:
         ),
         ({"workload.inputEdges": [1, 1024, 256, 4096]}, "spec.workload", "strictly increasing"),
         ({"slo.tpotMs": 0}, "spec.slo.tpotMs", "greater than 0"),
+        ({"slo.attainmentTarget": 0.2}, "spec.slo.attainmentTarget", "greater than or equal"),
+        ({"slo.attainmentTarget": 1}, "spec.slo.attainmentTarget", "less than or equal"),
         ({"slo": None}, "spec.slo", "Field required"),
         ({"model.name": ""}, "spec.model.name", "at least 1 character"),
         ({"workload.sliceFactor": 0}, "spec.workload.sliceFactor", "greater than or equal to 1"),

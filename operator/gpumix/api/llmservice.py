@@ -35,6 +35,13 @@ class Slo(ApiModel):
     ttft_ms: float | None = Field(
         default=None, gt=0, description="Time to first token in milliseconds (optional)."
     )
+    attainment_target: float = Field(
+        default=0.99,
+        ge=0.5,
+        le=0.9999,
+        description="Share of requests that must meet every SLO set here. gpumix simulates each "
+        "plan as it is deployed and plans the cheapest mix whose predicted attainment reaches it.",
+    )
 
 
 class Budget(ApiModel):

@@ -8,8 +8,11 @@ measurably dearer mix.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import shutil
+import sys
 import tempfile
 import time
 from typing import Any
@@ -21,7 +24,28 @@ from gpumix.plan.result import SolveResult, SolverName, SolveStatus
 
 def highs_available() -> bool:
     """PuLP's check: whether highspy imports (a CBC-only install still plans, just slower)."""
-    return bool(pulp.HiGHS(msg=False).available())
+    available = bool(pulp.HiGHS(msg=False).available())
+    if available:
+        _banner_to_stderr()
+    return available
+
+
+@functools.cache
+def _banner_to_stderr() -> None:
+    """HiGHS writes its banner to file descriptor 1 when the first ``Highs`` object of a process
+    is made, whatever ``output_flag`` says later, so ``--output json`` would not be JSON. Make
+    that first object here with descriptor 1 pointed at stderr (every HiGHS path calls
+    :func:`highs_available` first)."""
+    import highspy  # noqa: PLC0415 - optional until HiGHS is in use
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        highspy.Highs()  # type: ignore[no-untyped-call]
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def run(
