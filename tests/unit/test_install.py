@@ -153,9 +153,12 @@ def test_dockerfile_runs_gpumix_run_as_the_pods_user() -> None:
     assert expose.split() == [str(OPERATOR.metrics_port), str(OPERATOR.health_port)]
     base = [arg for op, arg in steps if op == "FROM"]
     assert all(re.match(r"python:3\.\d+-slim", b) for b in base), base
-    # Only what the package build needs goes into the build context.
+    # Only what the package build needs goes into the build context, versions pinned.
     ignore = (ROOT / ".dockerignore").read_text().split()
-    assert ignore[ignore.index("*") :][:4] == ["*", "!pyproject.toml", "!README.md", "!operator/"]
+    allowed = ["*", "!pyproject.toml", "!README.md", "!constraints.txt", "!operator/"]
+    assert ignore[ignore.index("*") :][:5] == allowed
+    (install,) = [arg for op, arg in steps if op == "RUN" and "pip install" in arg]
+    assert "PIP_CONSTRAINT=/src/constraints.txt" in install
 
 
 def test_namespace_enforces_restricted_pod_security() -> None:
