@@ -107,3 +107,28 @@ def test_the_melange_planner_reports_its_shortfall() -> None:
     assert "below the target 99%" in out.stderr
     table = _gpumix("plan", *map(str, FILES))
     assert "predicted attainment" in table.stdout and "meets the 99% target" in table.stdout
+
+
+def test_a_plan_of_multi_gpu_replicas_is_simulated_on_its_pool(
+    chat: LLMService, pools: list[GPUPool]
+) -> None:
+    """Options of k-GPU replicas are keyed `<pool>-tp<k>`; the simulator finds their pool."""
+    from gpumix.profiles import gpu_type  # noqa: PLC0415
+    from gpumix.profiles.models import model_shape  # noqa: PLC0415
+    from gpumix.profiles.roofline import estimate_profile  # noqa: PLC0415
+
+    wl = chat.spec.workload
+    model = chat.spec.model.model_copy(update={"name": "meta-llama/Llama-2-70b-hf"})
+    service = chat.model_copy(update={"spec": chat.spec.model_copy(update={"model": model})})
+    profile = estimate_profile(
+        gpu_type("a100-80gb"), model_shape(model.name), input_edges=wl.input_edges,
+        output_edges=wl.output_edges, tpots_ms=[120.0], gpus=2,
+    )  # fmt: skip
+    a100 = [p for p in pools if p.spec.gpu_type == "a100-80gb"]
+    instance = build_problem(service, a100, [profile]).instance
+    assert instance is not None and [g.name for g in instance.gpus] == ["a100-80gb-tp2"]
+    plan = solve(instance)
+    assert plan is not None
+    predicted = predict(service, a100, [profile], plan, requests=300)
+    assert set(predicted.pools) == {"a100-80gb-tp2"}
+    assert predicted.pools["a100-80gb-tp2"].requests == 300

@@ -120,10 +120,11 @@ def simulate_service(
     for name, count in plan.counts.items():
         if count <= 0:
             continue
-        pool = by_name.get(name)
+        # A plan's keys are the problem's options: a pool, or `<pool>-tp<k>` for k-GPU replicas.
+        choice = problem.choices.get(name)
+        pool = by_name.get(choice.pool if choice else name)
         if pool is None:
             raise ValueError(f"the plan names pool {name!r}, which is not in the input")
-        choice = problem.choices.get(name)
         groups.append(
             PodGroup(
                 pool=name,
