@@ -284,15 +284,18 @@ def promise(
     *,
     target: float | None = None,
     planner: PlannerName = "slo",
-    formulation: Formulation = Formulation.AGGREGATED,
+    formulation: Formulation | None = None,
     solver: SolverName = "highs",
     time_limit_s: float = 30.0,
 ) -> PromisedPlan:
     """Plan ``service`` and predict its attainment. ``slo``: :func:`plan_to_target` for the mix
-    and for each single type, savings only against baselines that reach the target too;
-    ``melange``: Mélange's ILP as it is (§5.4, §6.1), its prediction reported beside it."""
+    and for each single type, savings only against baselines that reach the target too, on the
+    routable formulation unless another is given (the aggregated one when no type can take a
+    whole input row); ``melange``: Mélange's ILP as it is (§5.4, §6.1), its prediction beside
+    it."""
     target = service.spec.slo.attainment_target if target is None else target
     if planner == "melange":
+        formulation = formulation or Formulation.AGGREGATED
         plan = plan_allocation(instance, formulation, solver=solver, time_limit_s=time_limit_s)
 
         def met(alloc: Allocation | None) -> PredictedAttainment | None:
@@ -310,10 +313,15 @@ def promise(
         )
 
     def targeted(only: str | None) -> TargetedPlan | None:
-        return plan_to_target(
-            service, pools, profiles, instance, target=target, only=only,
-            formulation=formulation, solver=solver, time_limit_s=time_limit_s,
-        )  # fmt: skip
+        def run(chosen: Formulation) -> TargetedPlan | None:
+            return plan_to_target(
+                service, pools, profiles, instance, target=target, only=only,
+                formulation=chosen, solver=solver, time_limit_s=time_limit_s,
+            )  # fmt: skip
+
+        if formulation is not None:
+            return run(formulation)
+        return run(Formulation.ROUTABLE) or run(Formulation.AGGREGATED)
 
     def baseline(only: str) -> TargetedPlan | None:
         try:
@@ -334,7 +342,7 @@ def promise(
         allocation=None if mix is None else mix.allocation,
         baselines={n: None if b is None else b.allocation for n, b in bases.items()},
         savings=savings,
-        formulation=formulation,
+        formulation=formulation or Formulation.ROUTABLE,
     )
     return PromisedPlan(
         plan=plan,

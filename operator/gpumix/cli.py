@@ -102,7 +102,7 @@ def _print_plan(args: argparse.Namespace, name: str, plan: Plan, text: str) -> N
 
 
 def _plan(args: argparse.Namespace) -> int:
-    formulation = Formulation(args.formulation)
+    formulation = Formulation(args.formulation or Formulation.AGGREGATED)
     if args.melange_config:
         try:
             config = MelangeConfig.from_json(json.loads(Path(args.melange_config).read_text()))
@@ -165,7 +165,8 @@ def _promise_and_print(
     try:
         promised = promise(
             service, pools, profiles, problem.instance, target=args.attainment_target,
-            planner=args.planner, formulation=Formulation(args.formulation), solver=args.solver,
+            planner=args.planner, solver=args.solver,
+            formulation=None if args.formulation is None else Formulation(args.formulation),
             time_limit_s=args.time_limit,
         )  # fmt: skip
     except UnservableBucketError as err:
@@ -335,7 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--output", choices=["table", "json"], default="table")
     plan.add_argument("--solver", choices=["highs", "cbc"], default="highs")
     plan.add_argument(
-        "--formulation", choices=[f.value for f in Formulation], default=Formulation.AGGREGATED
+        "--formulation",
+        choices=[f.value for f in Formulation],
+        default=None,
+        help="the ILP's encoding: routable (default with --planner slo: one split per input "
+        "row, what a router can execute), aggregated (Mélange's optimum, default otherwise), "
+        "paper (§5.4.3 verbatim)",
     )
     plan.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
     plan.add_argument(

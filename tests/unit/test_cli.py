@@ -36,7 +36,8 @@ def test_plan_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -
 def test_cbc_and_paper_formulation_agree(capsys: pytest.CaptureFixture[str]) -> None:
     costs = []
     for extra in (["--solver", "cbc"], ["--formulation", "paper"], []):
-        assert main(["plan", *EXAMPLE, "--output", "json", *extra]) == 0
+        args = ["plan", *EXAMPLE, "--output", "json", "--planner", "melange", *extra]
+        assert main(args) == 1  # Mélange's optimum misses the attainment target
         costs.append(json.loads(capsys.readouterr().out)["cost_per_hour"])
     assert costs[0] == pytest.approx(costs[2])
     assert costs[1] == pytest.approx(costs[2])

@@ -21,12 +21,16 @@ Matrix = list[list[NonNegFloat]]
 
 
 class Formulation(StrEnum):
-    """Which ILP encodes Mélange's allocation problem; both have the same optimum."""
+    """Which ILP encodes the allocation problem. ``aggregated`` and ``paper`` are Mélange's
+    and have the same optimum; ``routable`` restricts the split to what a router can execute."""
 
     AGGREGATED = "aggregated"
     """One integer per (bucket, type): how many of the bucket's slices go there (ours)."""
     PAPER = "paper"
     """One binary per (slice, type), §5.4.3 verbatim; kept as the benchmark baseline."""
+    ROUTABLE = "routable"
+    """One integer per (input row, type): every output bucket of a row is split alike, since
+    a router sees the prompt but not how long the answer will be (:mod:`gpumix.plan.routable`)."""
 
 
 def _check_rectangular(matrix: Matrix, what: str) -> Matrix:

@@ -6,7 +6,7 @@ restrict the solver to a single GPU type").
 
 from __future__ import annotations
 
-from gpumix.plan import aggregated, paper
+from gpumix.plan import aggregated, paper, routable
 from gpumix.plan.errors import (
     InvalidAllocationError,
     SolverError,
@@ -19,7 +19,11 @@ from gpumix.plan.result import Allocation, Plan, SolveResult, SolverName
 from gpumix.plan.solvers import run
 from gpumix.plan.validate import validate_allocation
 
-_BUILDERS = {Formulation.AGGREGATED: aggregated.build, Formulation.PAPER: paper.build}
+_BUILDERS = {
+    Formulation.AGGREGATED: aggregated.build,
+    Formulation.PAPER: paper.build,
+    Formulation.ROUTABLE: routable.build,
+}
 
 
 def solve(

@@ -123,3 +123,23 @@ def test_optimum_equals_brute_force_on_tiny_instances(inst: AllocationInstance) 
     allocation = solve(inst)
     assert allocation is not None
     assert allocation.cost_per_hour == pytest.approx(brute_force_cost(inst), abs=1e-6)
+
+
+@QUICK
+@given(instances())
+def test_routable_splits_every_bucket_of_a_row_alike_and_costs_at_least_the_optimum(
+    inst: AllocationInstance,
+) -> None:
+    """gpu0 serves every bucket, so a routable plan always exists."""
+    routable = solve(inst, Formulation.ROUTABLE)
+    optimum = solve(inst)
+    assert routable is not None and optimum is not None
+    assert routable.cost_per_hour >= optimum.cost_per_hour - 1e-6
+    rows, cols = inst.shape
+    for i in range(rows):
+        traffic = [j for j in range(cols) if inst.rates[i][j] > 0]
+        for k, gpu in enumerate(inst.gpus):
+            shares = {routable.share[gpu.name][i][j] for j in traffic}
+            assert len(shares) <= 1, (i, gpu.name, shares)
+            if shares and shares != {0.0}:  # a type with any of the row serves all of it
+                assert all(inst.slice_load(k, (i, j)) is not None for j in traffic)
