@@ -221,6 +221,32 @@ def plan_to_target(
     return last
 
 
+def routable_plan_to_target(
+    service: LLMService,
+    pools: list[GPUPool],
+    profiles: list[GPUProfile],
+    instance: AllocationInstance,
+    *,
+    target: float,
+    only: str | None = None,
+    formulation: Formulation | None = None,
+    solver: SolverName = "highs",
+    time_limit_s: float = 30.0,
+) -> TargetedPlan | None:
+    """:func:`plan_to_target` on ``formulation``, by default the routable one, or the
+    aggregated one when no option can take a whole input row."""
+
+    def run(chosen: Formulation) -> TargetedPlan | None:
+        return plan_to_target(
+            service, pools, profiles, instance, target=target, only=only,
+            formulation=chosen, solver=solver, time_limit_s=time_limit_s,
+        )  # fmt: skip
+
+    if formulation is not None:
+        return run(formulation)
+    return run(Formulation.ROUTABLE) or run(Formulation.AGGREGATED)
+
+
 def _refine(
     best: TargetedPlan,
     failed: dict[str, float],
@@ -313,15 +339,10 @@ def promise(
         )
 
     def targeted(only: str | None) -> TargetedPlan | None:
-        def run(chosen: Formulation) -> TargetedPlan | None:
-            return plan_to_target(
-                service, pools, profiles, instance, target=target, only=only,
-                formulation=chosen, solver=solver, time_limit_s=time_limit_s,
-            )  # fmt: skip
-
-        if formulation is not None:
-            return run(formulation)
-        return run(Formulation.ROUTABLE) or run(Formulation.AGGREGATED)
+        return routable_plan_to_target(
+            service, pools, profiles, instance, target=target, only=only,
+            formulation=formulation, solver=solver, time_limit_s=time_limit_s,
+        )  # fmt: skip
 
     def baseline(only: str) -> TargetedPlan | None:
         try:
