@@ -1,22 +1,28 @@
 """Simulated pods in real time, each behind its own HTTP server on 127.0.0.1 (see SERVER.md).
 
 A `RealtimePod` runs one `Engine` against the wall clock (optionally sped up): requests arrive
-over HTTP, the engine steps as the clock reaches each step's end, and clients get their answer
-when the simulated request finishes. Each pod serves vLLM's Prometheus metrics (names and labels
-as vLLM exports them), an OpenAI-compatible `/v1/completions`, `/health`, and the engine admin
-endpoints the KV-cache scheduler uses (list running requests with their KV size; migrate a
-request out or in).
+over HTTP, the engine steps as the clock reaches each step's end, and streaming clients get each
+token when the simulated engine produces it. Each pod speaks the HTTP surface of vLLM's OpenAI
+server that a router uses (`/v1/completions`, `/v1/chat/completions`, `/v1/models`, `/tokenize`,
+`/detokenize`, `/health`, and vLLM's Prometheus metrics, names and labels as vLLM exports them),
+with a deterministic toy tokenizer and model, plus the engine admin endpoints the KV-cache
+scheduler uses (list running requests with their KV size; migrate a request out or in).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import select
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -92,11 +98,116 @@ _E2E_BUCKETS = (
     7680.0,
 )
 
+_POLL_S = 0.1
+"""Wall seconds between checks that a waiting client is still connected."""
+DEFAULT_MAX_TOKENS = 16
+"""Output length when a request gives no `max_tokens` (vLLM's completions default)."""
+
+
+class ApiError(Exception):
+    """An error answered as vLLM's OpenAI server does: `{"error": {message, type, param, code}}`."""
+
+    def __init__(self, message: str, param: str | None = None, code: int = 400) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        kind = "NotFoundError" if self.code == 404 else "BadRequestError"
+        error = {"message": str(self), "type": kind, "param": self.param, "code": self.code}
+        return {"error": error}
+
+
+# -- the toy tokenizer and model ------------------------------------------------------------------
+VOCAB = 32000
+"""Vocabulary size (Llama-2's)."""
+EOS = 2
+"""End of sequence (Llama-2's `</s>`), the only special token: it detokenizes to ""."""
+_CONTEXT = 4
+"""The toy model's next token depends on this many preceding ids."""
+
+
+def _hash(data: bytes) -> int:
+    """Stable across processes and runs (unlike `hash`)."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+def token_id(word: str) -> int:
+    """A word's id: `w<n>` (how `detokenize` spells id n) is n, so that
+    `tokenize(detokenize(ids)) == ids`; any other word hashes into the vocabulary."""
+    digits = word[1:]
+    if word[:1] == "w" and digits.isascii() and digits.isdecimal() and int(digits) < VOCAB:
+        return int(digits)
+    return _hash(word.encode()) % VOCAB
+
+
+def tokenize(text: str) -> list[int]:
+    """One token per whitespace-separated word."""
+    return [token_id(w) for w in text.split()]
+
+
+def token_str(t: int) -> str:
+    """A token's string (vLLM's `token_strs`)."""
+    return "</s>" if t == EOS else f"w{t}"
+
+
+def detokenize(ids: Sequence[int]) -> str:
+    """Each id as a space and `w<n>`; EOS is skipped (vLLM's `skip_special_tokens`)."""
+    return "".join("" if t == EOS else f" w{t}" for t in ids)
+
+
+def chat_prompt(messages: Any, add_generation_prompt: bool = True) -> list[int]:
+    """The toy chat template: per message a `<|role|>` token and its text's words, then
+    `<|assistant|>` (the generation prompt)."""
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)
+    ):
+        raise ApiError("`messages` must be a non-empty list of {role, content}", "messages")
+    words: list[str] = []
+    for m in messages:
+        words.append(f"<|{m['role']}|>")
+        words.extend(_content_text(m.get("content")).split())
+    if add_generation_prompt:
+        words.append("<|assistant|>")
+    return [token_id(w) for w in words]
+
+
+def _content_text(content: Any) -> str:
+    """A message's text: a string, or the `text` parts of a list of content parts."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        return " ".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+    raise ApiError("a message's content must be a string or a list of content parts", "messages")
+
+
+def next_token(ids: Sequence[int]) -> int:
+    """The toy model: a hash of the last `_CONTEXT` ids. A function of the sequence alone, so a
+    request continued anywhere from prompt + generated ids produces the tokens it would have."""
+    return _hash(",".join(map(str, ids[-_CONTEXT:])).encode()) % VOCAB
+
+
+def generate(prompt: Sequence[int], max_tokens: int, ignore_eos: bool) -> tuple[list[int], str]:
+    """The output ids and vLLM's finish reason: `stop` after an EOS (about one token in
+    `VOCAB`) unless `ignore_eos`, else `length` after `max_tokens`."""
+    context = list(prompt[-_CONTEXT:])
+    out: list[int] = []
+    while len(out) < max_tokens:
+        t = next_token(context)
+        out.append(t)
+        if t == EOS and not ignore_eos:
+            return out, "stop"
+        context = [*context[1 - _CONTEXT :], t]
+    return out, "length"
+
 
 class PodMetrics:
     """vLLM's metric families for one pod, in its own registry."""
 
     def __init__(self, engine: Engine, model_name: str) -> None:
+        self.model_name = model_name
         self.registry = reg = CollectorRegistry()
         labels = ["model_name"]
         m = {"model_name": model_name}
@@ -156,15 +267,22 @@ class PodMetrics:
             ["model_name", "finished_reason"],
             registry=reg,
         )
-        self.success_length = self.success.labels(model_name, "length")
+        for reason in ("stop", "length", "abort"):  # vLLM exports every reason from the start
+            self.success.labels(model_name, reason)
         self.prompt_total = Counter(
             "vllm:prompt_tokens", "Prefilled prompt tokens.", labels, registry=reg
         ).labels(**m)
         self.generation_total = Counter(
             "vllm:generation_tokens", "Generated tokens.", labels, registry=reg
         ).labels(**m)
+        self.aborted = Counter(
+            "gpumix_sim:aborted_requests",
+            "Requests aborted because their client disconnected (vLLM counts them nowhere).",
+            labels,
+            registry=reg,
+        ).labels(**m)
 
-    def finished(self, r: Request, wall: Callable[[float], float]) -> None:
+    def finished(self, r: Request, wall: Callable[[float], float], reason: str) -> None:
         """Record a finished request; `wall` converts simulated seconds to wall seconds."""
         self.prompt_tokens.observe(r.prompt)
         self.generation_tokens.observe(r.output)
@@ -174,7 +292,7 @@ class PodMetrics:
             for _ in range(r.output - 1):
                 self.itl.observe(gap)
         self.e2e.observe(wall(r.latency))
-        self.success_length.inc()
+        self.success.labels(self.model_name, reason).inc()
         self.prompt_total.inc(r.prompt)
         self.generation_total.inc(r.output)
 
@@ -183,31 +301,45 @@ class PodMetrics:
 
 
 class _Pending:
-    __slots__ = ("done", "first", "migrated", "request")
+    __slots__ = ("done", "migrated", "reason", "request")
 
-    def __init__(self, r: Request) -> None:
+    def __init__(self, r: Request, reason: str = "length") -> None:
         self.request = r
-        self.first = threading.Event()
+        self.reason = reason
+        """vLLM's finish reason if it finishes here."""
         self.done = threading.Event()
         self.migrated = False
 
 
 class RealtimePod:
-    """An engine driven by the wall clock: `speed` simulated seconds pass per wall second."""
+    """An engine driven by the wall clock: `speed` simulated seconds pass per wall second.
+
+    Streaming clients get each token when its step ends (`wait_tokens`, from
+    `Engine.progress`), not when the engine applies a decode run of up to `max_decode_run` steps.
+    That keeps the engine exactly as the offline simulator runs it (same events, same step
+    times, one wake-up of the engine thread per run), where running real-time pods with
+    `max_decode_run=1` would change their events and wake the engine thread every step; a run's
+    steps all last its `step_time`, so the token times inside a run are the engine's own.
+    """
 
     def __init__(self, engine: Engine, model_name: str, speed: float = 1.0) -> None:
         self.engine = engine
         self.model_name = model_name
         self.speed = speed
         self.metrics = PodMetrics(engine, model_name)
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        """Wakes the engine thread (arrivals, aborts, migrations, stop)."""
+        self._progress = threading.Condition(lock)
+        """Wakes clients waiting for tokens (the engine thread applied or started steps)."""
         self._t0 = time.monotonic()
         self._ids = itertools.count()
         self._pending: dict[int, _Pending] = {}
         self._migrations: list[Callable[[float], None]] = []
         self._stop = False
+        self._since = 0.0
+        """The latest arrival or migration: no step starts before it (see `_loop`)."""
         engine.on_finish.append(self._finished)
-        engine.on_first_token.append(lambda r: self._pending[r.rid].first.set())
         self._thread = threading.Thread(target=self._loop, name=f"sim-{engine.name}", daemon=True)
 
     def now(self) -> float:
@@ -226,13 +358,16 @@ class RealtimePod:
         self._thread.join(timeout=5)
 
     def _finished(self, r: Request) -> None:
-        self.metrics.finished(r, self.wall)
         pending = self._pending.pop(r.rid, None)
+        self.metrics.finished(r, self.wall, pending.reason if pending else "length")
         if pending is not None:
-            pending.first.set()
             pending.done.set()
 
     def _loop(self) -> None:
+        """Apply each step when the clock reaches its end and start the next one back to back,
+        at the previous step's end rather than when this thread got to run: a thread woken late
+        (a busy CPU, the GIL) would otherwise stretch simulated time at every step boundary. A
+        step starts later only to wait for a request that arrived after that end."""
         engine = self.engine
         with self._cond:
             while not self._stop:
@@ -240,21 +375,26 @@ class RealtimePod:
                 if engine.busy and engine.step_end <= now:
                     engine.finish(engine.step_end)
                 if not engine.busy:
+                    if self._migrations:
+                        self._since = now
                     while self._migrations:
                         self._migrations.pop(0)(now)
-                    engine.start(now)
+                    engine.start(max(engine.step_end, self._since))
+                    self._progress.notify_all()
                 timeout = None
                 if engine.busy:
                     timeout = max(0.0, self.wall(engine.step_end - self.now()))
                 self._cond.wait(timeout)
 
     # -- client side ------------------------------------------------------------------------------
-    def submit(self, prompt: int, output: int) -> _Pending | None:
-        """Queue a request; None if it can never fit on this pod."""
+    def submit(self, prompt: int, output: int, reason: str = "length") -> _Pending | None:
+        """Queue a request; None if it can never fit on this pod. `reason`: vLLM's finish reason
+        once its `output` tokens are out (`stop` if the last is EOS)."""
         with self._cond:
             now = self.now()
+            self._since = now
             r = Request(next(self._ids), now, prompt, output)
-            pending = _Pending(r)
+            pending = _Pending(r, reason)
             self._pending[r.rid] = pending
             if not self.engine.enqueue(r, now):
                 del self._pending[r.rid]
@@ -263,6 +403,42 @@ class RealtimePod:
                 self.engine.cut(now)
             self._cond.notify_all()
             return pending
+
+    def wait_tokens(self, pending: _Pending, sent: int, timeout: float) -> int:
+        """Wait until the request has generated more than `sent` tokens or left the engine, at
+        most `timeout` wall seconds; returns how many tokens it has generated."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                now = self.now()
+                generated, due = self.engine.progress(pending.request, now)
+                left = deadline - time.monotonic()
+                if generated > sent or pending.done.is_set() or left <= 0:
+                    return generated
+                if due is not None:
+                    left = min(left, self.wall(due - now))
+                self._progress.wait(max(0.0, left))
+
+    def abort(self, pending: _Pending) -> None:
+        """The client went away: as vLLM aborts such a request, it leaves the engine at the next
+        step boundary (the decode run in flight is cut to end with the step in progress) and its
+        KV blocks are freed. Counted in `gpumix_sim:aborted_requests_total` if it had not
+        finished by then."""
+        r = pending.request
+
+        def drop(now: float) -> None:
+            if self._pending.get(r.rid) is pending and self.engine.remove(r):
+                del self._pending[r.rid]
+                self.metrics.aborted.inc()
+                pending.done.set()
+
+        with self._cond:
+            if pending.done.is_set():
+                return
+            if self.engine.busy:
+                self.engine.cut(self.now())
+            self._migrations.append(drop)
+            self._cond.notify_all()
 
     def running(self) -> list[dict[str, Any]]:
         with self._cond:
@@ -308,7 +484,6 @@ class RealtimePod:
             r = pending.request
             pending.migrated = True
             del self._pending[rid]
-            pending.first.set()
             pending.done.set()
             return {"id": rid, "prompt_tokens": r.prompt, "output_tokens": r.output,
                     "generated_tokens": r.generated}  # fmt: skip
@@ -331,13 +506,113 @@ class RealtimePod:
         return result
 
 
-def _tokens(prompt: Any) -> int:
-    """Prompt length: a list of token ids, or a string counted as whitespace-separated words."""
-    if isinstance(prompt, list):
-        if prompt and isinstance(prompt[0], list):
-            prompt = prompt[0]
-        return max(1, len(prompt))
-    return max(1, len(str(prompt).split()))
+def _check_ids(ids: list[Any], param: str) -> list[int]:
+    if not all(type(t) is int and 0 <= t < VOCAB for t in ids):
+        raise ApiError(f"token ids must be integers in [0, {VOCAB})", param)
+    return ids
+
+
+def _prompt_ids(prompt: Any) -> list[int]:
+    """A completions `prompt`: a string, a list of token ids, or a list of one of those."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        ids = tokenize(prompt)
+    elif isinstance(prompt, list) and all(type(t) is int for t in prompt):
+        ids = _check_ids(prompt, "prompt")
+    else:
+        raise ApiError("`prompt` must be a string or a list of token ids (one prompt)", "prompt")
+    if not ids:
+        raise ApiError("the prompt is empty", "prompt")
+    return ids
+
+
+@dataclass(frozen=True)
+class _Generation:
+    """A `/v1/completions` or `/v1/chat/completions` request; builds its answers, shaped as
+    vLLM's `CompletionResponse` / `ChatCompletionResponse` and their stream chunks."""
+
+    chat: bool
+    prompt: list[int]
+    max_tokens: int
+    ignore_eos: bool
+    stream: bool
+    include_usage: bool
+    return_token_ids: bool
+
+    @classmethod
+    def parse(cls, body: dict[str, Any], chat: bool, max_model_len: int) -> _Generation:
+        if chat:
+            prompt = chat_prompt(body.get("messages"))
+            max_tokens = body.get("max_completion_tokens")
+            if max_tokens is None:
+                max_tokens = body.get("max_tokens")
+        else:
+            prompt = _prompt_ids(body.get("prompt"))
+            max_tokens = body.get("max_tokens")
+        if max_tokens is None:
+            max_tokens = DEFAULT_MAX_TOKENS
+        if type(max_tokens) is not int or max_tokens < 1:
+            raise ApiError("`max_tokens` must be an integer >= 1", "max_tokens")
+        if body.get("n", 1) not in (1, None):
+            raise ApiError("only n = 1 is simulated", "n")
+        stream = bool(body.get("stream"))
+        options = body.get("stream_options")
+        if options is not None and not (stream and isinstance(options, dict)):
+            raise ApiError("`stream_options` needs `stream: true`", "stream_options")
+        if len(prompt) + max_tokens > max_model_len:
+            raise ApiError(
+                f"This model's maximum context length is {max_model_len} tokens. However, you "
+                f"requested {len(prompt) + max_tokens} tokens ({len(prompt)} in the prompt, "
+                f"{max_tokens} in the completion).",
+                "max_tokens",
+            )
+        return cls(chat, prompt, max_tokens, bool(body.get("ignore_eos")), stream,
+                   bool((options or {}).get("include_usage")),
+                   bool(body.get("return_token_ids")))  # fmt: skip
+
+    def usage(self, generated: int) -> dict[str, int]:
+        prompt = len(self.prompt)
+        return {"prompt_tokens": prompt, "completion_tokens": generated,
+                "total_tokens": prompt + generated}  # fmt: skip
+
+    def response(self, head: dict[str, Any], tokens: list[int], reason: str) -> dict[str, Any]:
+        text = detokenize(tokens)
+        choice: dict[str, Any] = {"index": 0}
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        choice.update(logprobs=None, finish_reason=reason, stop_reason=None)
+        out = {**head, "choices": [choice], "usage": self.usage(len(tokens))}
+        if self.return_token_ids:
+            choice["token_ids"] = tokens
+            (out if self.chat else choice)["prompt_token_ids"] = self.prompt
+        return out
+
+    def chunks(
+        self, head: dict[str, Any], tokens: list[int], reason: str | None, first: bool
+    ) -> list[dict[str, Any]]:
+        """The stream chunks for `tokens` (one token, or none with the finish reason): the first
+        also carries the prompt ids (`return_token_ids`); chat opens with the role's chunk."""
+        out: list[dict[str, Any]] = []
+        choice: dict[str, Any] = {"index": 0}
+        if self.chat:
+            if first:
+                role: dict[str, Any] = {"index": 0, "delta": {"role": "assistant", "content": ""},
+                                        "logprobs": None, "finish_reason": None}  # fmt: skip
+                out.append({**head, "choices": [role]})
+                if self.return_token_ids:
+                    out[0]["prompt_token_ids"] = self.prompt
+            choice["delta"] = {"content": detokenize(tokens)} if tokens else {}
+        else:
+            choice["text"] = detokenize(tokens)
+        choice.update(logprobs=None, finish_reason=reason)
+        if self.return_token_ids:
+            choice["token_ids"] = tokens
+            if first and not self.chat:
+                choice["prompt_token_ids"] = self.prompt
+        return [*out, {**head, "choices": [choice]}]
 
 
 def make_handler(pod: RealtimePod) -> type[BaseHTTPRequestHandler]:
@@ -357,20 +632,17 @@ def make_handler(pod: RealtimePod) -> type[BaseHTTPRequestHandler]:
         def _json(self, code: int, obj: Any) -> None:
             self._send(code, json.dumps(obj).encode())
 
-        def _body(self) -> Any:
-            length = int(self.headers.get("Content-Length") or 0)
-            return json.loads(self.rfile.read(length) or b"{}")
-
         def do_GET(self) -> None:
-            if self.path == "/health":
+            path = urlsplit(self.path).path
+            if path == "/health":
                 self._send(200, b"", "text/plain")
-            elif self.path == "/metrics":
+            elif path == "/metrics":
                 self._send(200, pod.metrics.expose(), CONTENT_TYPE_LATEST)
-            elif self.path == "/v1/models":
+            elif path == "/v1/models":
                 self._json(
                     200, {"object": "list", "data": [{"id": pod.model_name, "object": "model"}]}
                 )
-            elif self.path == "/admin/requests":
+            elif path == "/admin/requests":
                 e = pod.engine
                 self._json(
                     200,
@@ -384,98 +656,159 @@ def make_handler(pod: RealtimePod) -> type[BaseHTTPRequestHandler]:
                     },
                 )
             else:
-                self._json(404, {"error": f"no route {self.path}"})
+                self._json(404, ApiError(f"no route GET {path}", code=404).body())
 
         def do_POST(self) -> None:
+            path = urlsplit(self.path).path
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            routes: dict[str, Callable[[dict[str, Any]], None]] = {
+                "/v1/completions": lambda body: self._generate(body, chat=False),
+                "/v1/chat/completions": lambda body: self._generate(body, chat=True),
+                "/tokenize": self._tokenize,
+                "/detokenize": self._detokenize,
+                "/admin/migrate_out": self._migrate_out,
+                "/admin/migrate_in": self._migrate_in,
+            }
             try:
-                body = self._body()
-            except json.JSONDecodeError as err:
-                self._json(400, {"error": f"invalid JSON: {err}"})
-                return
-            if self.path == "/v1/completions":
-                self._complete(body)
-            elif self.path == "/admin/migrate_out":
-                out = pod.migrate_out(int(body["id"]))
-                if out is None:
-                    self._json(404, {"error": f"request {body['id']} is not on this pod"})
-                else:
-                    self._json(200, out)
-            elif self.path == "/admin/migrate_in":
-                rid = pod.migrate_in(
-                    int(body["prompt_tokens"]),
-                    int(body["output_tokens"]),
-                    int(body.get("generated_tokens", 0)),
-                    body.get("kv", "transfer") == "transfer",
-                )
-                if rid is None:
-                    self._json(409, {"error": "the request does not fit on this pod"})
-                else:
-                    self._json(200, {"id": rid})
-            else:
-                self._json(404, {"error": f"no route {self.path}"})
+                route = routes.get(path)
+                if route is None:
+                    raise ApiError(f"no route POST {path}", code=404)
+                try:
+                    body = json.loads(raw or b"{}")
+                except json.JSONDecodeError as err:
+                    raise ApiError(f"invalid JSON: {err}") from err
+                if not isinstance(body, dict):
+                    raise ApiError("the body must be a JSON object")
+                route(body)
+            except ApiError as err:
+                self._json(err.code, err.body())
 
-        def _complete(self, body: dict[str, Any]) -> None:
-            prompt = _tokens(body.get("prompt", ""))
-            output = max(1, int(body.get("max_tokens") or 16))
-            pending = pod.submit(prompt, output)
-            if pending is None:
-                self._json(
-                    400,
-                    {
-                        "error": {
-                            "message": "prompt + max_tokens exceeds the model's "
-                            "context on this pod",
-                            "type": "BadRequestError",
-                        }
-                    },
-                )
+        def _check_model(self, body: dict[str, Any]) -> None:
+            model = body.get("model")
+            if model is not None and model != pod.model_name:
+                raise ApiError(f"The model `{model}` does not exist.", "model", 404)
+
+        def _client_gone(self) -> bool:
+            """Whether the client closed its connection (readable, but at EOF or reset)."""
+            sock = self.connection
+            try:
+                readable, _, _ = select.select([sock], [], [], 0)
+                return bool(readable) and not sock.recv(1, socket.MSG_PEEK)
+            except OSError:
+                return True
+
+        def _generate(self, body: dict[str, Any], chat: bool) -> None:
+            self._check_model(body)
+            g = _Generation.parse(body, chat, pod.engine.max_tokens)
+            tokens, reason = generate(g.prompt, g.max_tokens, g.ignore_eos)
+            pending = pod.submit(len(g.prompt), len(tokens), reason)
+            assert pending is not None, "prompt + max_tokens fits: checked by parse"
+            prefix, kind = ("chatcmpl", "chat.completion") if chat else ("cmpl", "text_completion")
+            head = {"id": f"{prefix}-{pod.engine.name}-{pending.request.rid}",
+                    "object": f"{kind}.chunk" if chat and g.stream else kind,
+                    "created": int(time.time()), "model": pod.model_name}  # fmt: skip
+            if g.stream:
+                self._stream(g, head, pending, tokens, reason)
                 return
-            created = int(time.time())
-            rid = f"cmpl-{pod.engine.name}-{pending.request.rid}"
-            if body.get("stream"):
+            while not pending.done.wait(_POLL_S):
+                if self._client_gone():
+                    pod.abort(pending)
+                    self.close_connection = True
+                    return
+            out = tokens[: pending.request.generated]
+            self._json(200, g.response(head, out, "migrated" if pending.migrated else reason))
+
+        def _stream(
+            self,
+            g: _Generation,
+            head: dict[str, Any],
+            pending: _Pending,
+            tokens: list[int],
+            reason: str,
+        ) -> None:
+            """Server-sent events, one token per chunk, each written when the simulated engine
+            produces the token; a failed write or a closed connection aborts the request."""
+            sent = 0
+            try:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
+                self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                pending.first.wait()
-                self._event(rid, created, "x", None)
-                pending.done.wait()
-                reason = "migrated" if pending.migrated else "length"
-                self._event(rid, created, " x" * (pending.request.generated - 1), reason)
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
+                while not (pending.done.is_set() and sent >= pending.request.generated):
+                    generated = pod.wait_tokens(pending, sent, _POLL_S)
+                    if generated == sent and self._client_gone():
+                        raise ConnectionAbortedError
+                    events = []
+                    for k in range(sent, generated):
+                        last = reason if k == len(tokens) - 1 else None
+                        events += g.chunks(head, tokens[k : k + 1], last, k == 0)
+                    self._send_events(events)
+                    sent = generated
+                events = g.chunks(head, [], "migrated", sent == 0) if pending.migrated else []
+                if g.include_usage:
+                    events.append({**head, "choices": [], "usage": g.usage(sent)})
+                self._send_events([*events, "[DONE]"], last=True)
+            except OSError:
+                pod.abort(pending)
                 self.close_connection = True
-                return
-            pending.done.wait()
-            r = pending.request
-            self._json(
-                200,
-                {
-                    "id": rid,
-                    "object": "text_completion",
-                    "created": created,
-                    "model": pod.model_name,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "text": " x" * r.generated,
-                            "finish_reason": "migrated" if pending.migrated else "length",
-                        }
-                    ],
-                    "usage": {
-                        "prompt_tokens": prompt,
-                        "completion_tokens": r.generated,
-                        "total_tokens": prompt + r.generated,
-                    },
-                },
-            )
 
-        def _event(self, rid: str, created: int, text: str, reason: str | None) -> None:
-            chunk = {"id": rid, "object": "text_completion", "created": created,
-                     "model": pod.model_name,
-                     "choices": [{"index": 0, "text": text, "finish_reason": reason}]}  # fmt: skip
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.flush()
+        def _send_events(self, events: list[Any], last: bool = False) -> None:
+            """Server-sent events, each its own chunk of `Transfer-Encoding: chunked`, in one
+            write (a stream that fell behind catches up in one system call); `last` ends the
+            body. Compact JSON, as vLLM's."""
+            out = []
+            for event in events:
+                data = event if isinstance(event, str) else json.dumps(event, separators=(",", ":"))
+                line = f"data: {data}\n\n".encode()
+                out.append(b"%x\r\n%s\r\n" % (len(line), line))
+            if last:
+                out.append(b"0\r\n\r\n")
+            self.wfile.write(b"".join(out))
+
+        def _tokenize(self, body: dict[str, Any]) -> None:
+            self._check_model(body)
+            if "messages" in body:
+                ids = chat_prompt(body["messages"], bool(body.get("add_generation_prompt", True)))
+            elif isinstance(body.get("prompt"), str):
+                ids = tokenize(body["prompt"])
+            else:
+                raise ApiError("give `prompt` (a string) or `messages`", "prompt")
+            strs = [token_str(t) for t in ids] if body.get("return_token_strs") else None
+            self._json(200, {"count": len(ids), "max_model_len": pod.engine.max_tokens,
+                             "tokens": ids, "token_strs": strs})  # fmt: skip
+
+        def _detokenize(self, body: dict[str, Any]) -> None:
+            self._check_model(body)
+            ids = body.get("tokens")
+            if not isinstance(ids, list):
+                raise ApiError("`tokens` must be a list of token ids", "tokens")
+            self._json(200, {"prompt": detokenize(_check_ids(ids, "tokens"))})
+
+        def _migrate_out(self, body: dict[str, Any]) -> None:
+            try:
+                rid = int(body["id"])
+            except (KeyError, TypeError, ValueError) as err:
+                raise ApiError("`id` must be a request id", "id") from err
+            out = pod.migrate_out(rid)
+            if out is None:
+                self._json(404, {"error": f"request {rid} is not on this pod"})
+            else:
+                self._json(200, out)
+
+        def _migrate_in(self, body: dict[str, Any]) -> None:
+            try:
+                args = (int(body["prompt_tokens"]), int(body["output_tokens"]),
+                        int(body.get("generated_tokens", 0)))  # fmt: skip
+            except (KeyError, TypeError, ValueError) as err:
+                raise ApiError("`prompt_tokens` and `output_tokens` must be integers") from err
+            if min(args[:2]) < 1:
+                raise ApiError("`prompt_tokens` and `output_tokens` must be >= 1")
+            rid = pod.migrate_in(*args, body.get("kv", "transfer") == "transfer")
+            if rid is None:
+                self._json(409, {"error": "the request does not fit on this pod"})
+            else:
+                self._json(200, {"id": rid})
 
     return Handler
 
