@@ -44,6 +44,7 @@ from gpumix.report import (
     promise_json,
     promise_table,
 )
+from gpumix.route.cli import add_parser as add_route_parser
 from gpumix.sim import cli as sim_cli
 from gpumix.yamlout import dump_all
 
@@ -378,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim_cli.register(sub)
 
     add_run_parser(sub)
+    add_route_parser(sub)
     return parser
 
 

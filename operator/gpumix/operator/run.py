@@ -19,7 +19,7 @@ from gpumix.operator.view import ClusterView
 log = logging.getLogger("gpumix")
 
 
-def _api_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
+def api_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
     """In-cluster credentials unless a kubeconfig or context is named, else that kubeconfig."""
     if kubeconfig is None and context is None:
         try:
@@ -55,7 +55,7 @@ async def _main(args: argparse.Namespace) -> None:
     registry = kopf.OperatorRegistry()
     register(registry, view, log_json=args.log_format == "json")
 
-    api = _api_client(args.kubeconfig, args.context)
+    api = api_client(args.kubeconfig, args.context)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:

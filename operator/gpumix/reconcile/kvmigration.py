@@ -33,7 +33,8 @@ from typing import Any
 from gpumix.api import KvMigration, KvScaleIn, KvSchedulerStatus, LLMServiceStatus
 from gpumix.operator.kvloop import KvDecision, PodLoad, parse_admin_listing, plan_consolidation
 from gpumix.problem import option_key
-from gpumix.render.names import POOL_LABEL, SERVICE_LABEL, TP_LABEL
+from gpumix.render.names import SERVICE_LABEL
+from gpumix.route.engines import pod_url, pool_key
 
 ADMIN_URL_ANNOTATION = "gpumix.io/admin-url"
 """Overrides the pod's admin endpoint (`http://<podIP>:ADMIN_PORT`): the hook for a sidecar on
@@ -80,13 +81,8 @@ class KvPass:
     notes: list[str] = field(default_factory=list)
 
 
-def admin_url(body: Mapping[str, Any], port: int = ADMIN_PORT) -> str | None:
-    meta, status = body.get("metadata") or {}, body.get("status") or {}
-    override = (meta.get("annotations") or {}).get(ADMIN_URL_ANNOTATION)
-    if override:
-        return str(override).rstrip("/")
-    ip = status.get("podIP")
-    return f"http://{ip}:{port}" if ip else None
+def admin_url(body: Mapping[str, Any]) -> str | None:
+    return pod_url(body, ADMIN_URL_ANNOTATION, ADMIN_PORT)
 
 
 def live_pods(
@@ -101,14 +97,9 @@ def live_pods(
             continue
         if meta.get("deletionTimestamp") or (body.get("status") or {}).get("phase") != "Running":
             continue
-        pool = labels.get(POOL_LABEL)
-        if not pool:
+        option = pool_key(labels)
+        if option is None:
             continue
-        try:
-            tp = int(labels.get(TP_LABEL, "1"))
-        except ValueError:
-            tp = 1
-        option = option_key(pool, tp)
         out.setdefault(option, []).append(
             KvPod(
                 name=meta.get("name", ""),

@@ -78,6 +78,7 @@ def routing_document(
             ],
         }
     return {
+        "histogram": [list(row) for row in workload.histogram],
         "inputEdges": list(workload.input_edges),
         "outputEdges": list(workload.output_edges),
         "pools": pools,

@@ -1,6 +1,6 @@
 """Request routing by the plan: the pure core shared by the simulator and the proxy."""
 
-from gpumix.route.core import Decision, RoutingCore
+from gpumix.route.core import Decision, PoolFullError, RoutingCore
 from gpumix.route.ledger import Flight, Ledger
 from gpumix.route.predict import OutputPredictor, histogram_prior
 from gpumix.route.split import BucketSplit
@@ -12,6 +12,7 @@ __all__ = [
     "Flight",
     "Ledger",
     "OutputPredictor",
+    "PoolFullError",
     "PoolRoute",
     "RoutingCore",
     "RoutingTable",

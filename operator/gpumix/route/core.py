@@ -9,7 +9,7 @@ caller does the I/O and reports tokens and completions back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from gpumix.route.ledger import Flight, Ledger
@@ -26,19 +26,31 @@ class Decision(NamedTuple):
     predicted_output: float
 
 
+class PoolFullError(Exception):
+    """Every ready pod of the pool the plan picked holds its queue limit of requests: the caller
+    sheds the request (HTTP 429) rather than queue it where the plan has no room."""
+
+    def __init__(self, pool: str) -> None:
+        super().__init__(f"every pod of pool {pool!r} is at its in-flight limit")
+        self.pool = pool
+
+
 class RoutingCore:
     def __init__(
         self,
         table: RoutingTable,
         pods: Mapping[str, Sequence[str]],
         prior_output: Sequence[float],
+        max_inflight: int | None = None,
     ) -> None:
         """``pods``: the ready pods of each pool, by name; ``prior_output``: the predictor's
-        estimate per input bucket before any request has finished."""
+        estimate per input bucket before any request has finished; ``max_inflight``: requests a
+        pod may hold before its pool sheds (None: no limit, as the simulator runs)."""
         if len(prior_output) != table.shape[0]:
             raise ValueError("prior_output needs one value per input bucket")
         self.predictor = OutputPredictor(prior_output)
         self.ledger = Ledger()
+        self.max_inflight = max_inflight
         self.table = table
         self.pods: dict[str, list[str]] = {}
         self.split = BucketSplit(table, [])
@@ -47,11 +59,9 @@ class RoutingCore:
     def update(self, table: RoutingTable, pods: Mapping[str, Sequence[str]]) -> None:
         """A new plan or new pods: later requests follow them; requests in flight stay where
         they are, and what the predictor learned is kept while the input grid is unchanged
-        (on a new one it starts from the output grid's midpoints)."""
+        (on a new one it starts again from the table's histogram)."""
         if table.input_edges != self.table.input_edges:
-            rows, cols = table.shape
-            uniform = [[1.0] * cols for _ in range(rows)]
-            self.predictor = OutputPredictor(histogram_prior(table.output_edges, uniform))
+            self.predictor = OutputPredictor(histogram_prior(table.output_edges, table.traffic()))
         self.table = table
         self.pods = {p: sorted(names) for p, names in pods.items() if names and p in table.pools}
         self.split = BucketSplit(table, self.pods)
@@ -63,20 +73,49 @@ class RoutingCore:
         max_tokens: int | None = None,
         *,
         predicted_output: float | None = None,
+        exclude: Collection[str] = (),
     ) -> Decision | None:
         """Where ``rid`` goes (and it is now in flight there); None when no pod is ready.
-        ``predicted_output`` overrides the prediction (the simulator's oracle router)."""
+        ``predicted_output`` overrides the prediction (the simulator's oracle router).
+
+        ``exclude``: pods that already failed this request before answering (the proxy's
+        retry). The first pool's other pods come first, then the other pools in the order of the
+        bucket's split; a retry is not counted in the split again and never sheds. Raises
+        :class:`PoolFullError` when every pod of the planned pool is at ``max_inflight``."""
         i = self.table.input_bucket(prompt_tokens)
         if predicted_output is None:
             predicted_output = self.predictor.predict(i, max_tokens)
         j = self.table.output_bucket(predicted_output)
-        pool = self.split.next_pool(i, j)
+        ledger = self.ledger
+        retried = ledger.get(rid) if exclude else None
+        pool = retried.pool if retried is not None else self.split.next_pool(i, j)
         if pool is None:
             return None
-        ledger = self.ledger
-        pod = min(self.pods[pool], key=lambda p: (ledger.tokens(p), ledger.requests(p), p))
-        ledger.add(rid, Flight(pod=pod, prompt=prompt_tokens, predicted_output=predicted_output))
+        candidates = [p for p in self.pods.get(pool, ()) if p not in exclude]
+        if not exclude and self.max_inflight is not None:
+            candidates = [p for p in candidates if ledger.requests(p) < self.max_inflight]
+            if not candidates:
+                raise PoolFullError(pool)
+        if not candidates:
+            pool, candidates = self._fallback(i, j, exclude)
+            if not candidates:
+                return None
+        pod = min(candidates, key=lambda p: (ledger.tokens(p), ledger.requests(p), p))
+        if retried is not None:
+            ledger.remove(rid)
+        flight = Flight(pod=pod, prompt=prompt_tokens, predicted_output=predicted_output, pool=pool)
+        ledger.add(rid, flight)
         return Decision(pool, pod, i, j, predicted_output)
+
+    def _fallback(self, i: int, j: int, exclude: Collection[str]) -> tuple[str, list[str]]:
+        """The first pool, by the bucket's planned share, with a pod not in ``exclude``."""
+        pools = self.split.pools
+        weights = self.split.weights(i, j)
+        for _, pool in sorted(zip(weights, pools, strict=True), key=lambda wp: -wp[0]):
+            left = [p for p in self.pods[pool] if p not in exclude]
+            if left:
+                return pool, left
+        return "", []
 
     def progress(self, rid: str, generated: int) -> None:
         self.ledger.progress(rid, generated)

@@ -17,6 +17,7 @@ class Flight:
     prompt: int
     predicted_output: float
     generated: int = 0
+    pool: str = ""
 
     @property
     def tokens(self) -> int:

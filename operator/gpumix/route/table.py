@@ -32,6 +32,8 @@ class RoutingTable(BaseModel):
     input_edges: list[int] = Field(alias="inputEdges", min_length=2)
     output_edges: list[int] = Field(alias="outputEdges", min_length=2)
     pools: dict[str, PoolRoute]
+    histogram: Matrix | None = None
+    """The planned workload's (input, output) histogram: the output predictor's prior."""
 
     @model_validator(mode="after")
     def _shapes(self) -> RoutingTable:
@@ -39,6 +41,9 @@ class RoutingTable(BaseModel):
         for name, pool in self.pools.items():
             if len(pool.share) != rows or any(len(row) != cols for row in pool.share):
                 raise ValueError(f"pools.{name}.share is not {rows}x{cols}, the bucket grid")
+        hist = self.histogram
+        if hist is not None and (len(hist) != rows or any(len(row) != cols for row in hist)):
+            raise ValueError(f"histogram is not {rows}x{cols}, the bucket grid")
         return self
 
     @classmethod
@@ -64,6 +69,11 @@ class RoutingTable(BaseModel):
     @property
     def shape(self) -> tuple[int, int]:
         return len(self.input_edges) - 1, len(self.output_edges) - 1
+
+    def traffic(self) -> Matrix:
+        """The histogram, or every bucket alike when the document has none."""
+        rows, cols = self.shape
+        return self.histogram or [[1.0] * cols for _ in range(rows)]
 
     def input_bucket(self, tokens: float) -> int:
         """The input bucket of a prompt; lengths outside the grid go to the nearest edge bucket."""

@@ -1,0 +1,143 @@
+"""`gpumix route`: run the router of one LLMService (in-cluster, as the operator deploys it), or
+of a static plan and engine list (``--routing-file`` and ``--engine``; no Kubernetes)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import kopf
+from aiohttp import web
+from pydantic import ValidationError
+
+from gpumix.operator.run import api_client
+from gpumix.route.engines import Engines
+from gpumix.route.proxy import Proxy
+from gpumix.route.table import RoutingTable
+from gpumix.route.watch import start_watches
+
+log = logging.getLogger("gpumix.route")
+
+
+def _fail(message: str) -> NoReturn:
+    """Bad input: one line naming what to fix, and exit 2 as argparse does."""
+    print(f"gpumix route: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _engine(text: str) -> tuple[str, str]:
+    pool, sep, url = text.partition("=")
+    if not sep or not pool or not url.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not POOL=http://HOST:PORT")
+    return pool, url.rstrip("/")
+
+
+def static_engines(pairs: list[tuple[str, str]]) -> Engines:
+    """``--engine`` pairs as engines: pods named ``<pool>-<k>`` in the order given."""
+    engines: Engines = {}
+    for pool, url in pairs:
+        pods = engines.setdefault(pool, {})
+        pods[f"{pool}-{len(pods)}"] = url
+    return engines
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    route = sub.add_parser(
+        "route",
+        help="run the router: an OpenAI-compatible proxy that sends each request where the "
+        "plan says",
+        description="In a cluster (--service): follows the <service>-routing ConfigMap and the "
+        "service's ready engine pods. Without one: --routing-file and one --engine per pod.",
+    )
+    route.add_argument("--service", help="the LLMService whose plan to follow")
+    route.add_argument("--namespace", default="default", help="the LLMService's namespace")
+    route.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube)")
+    route.add_argument("--context", help="kubeconfig context (default: current)")
+    route.add_argument(
+        "--routing-file", type=Path, help="a routing.json (as in the <service>-routing ConfigMap)"
+    )
+    route.add_argument(
+        "--engine",
+        type=_engine,
+        action="append",
+        default=[],
+        metavar="POOL=URL",
+        help="an engine pod of a pool of the routing file (repeat per pod)",
+    )
+    route.add_argument("--bind", default="0.0.0.0", help="address to listen on")
+    route.add_argument("--port", type=int, default=8000)
+    route.add_argument(
+        "--max-inflight-per-pod",
+        type=_positive,
+        default=256,
+        help="requests one pod may hold before its pool answers 429 (default: 256)",
+    )
+    route.add_argument("--log-format", choices=["plain", "json"], default="json")
+    route.set_defaults(func=run_router)
+
+
+def _static_table(path: Path) -> RoutingTable:
+    try:
+        return RoutingTable.model_validate(json.loads(path.read_text()))
+    except OSError as err:
+        _fail(f"--routing-file: {err.strerror}: {path}")
+    except (ValueError, ValidationError) as err:
+        _fail(f"--routing-file {path} is not a routing table: {err}")
+
+
+def run_router(args: argparse.Namespace) -> int:
+    static = args.routing_file is not None
+    if static == (args.service is not None):
+        _fail("give either --service or --routing-file (with --engine)")
+    if static and not args.engine:
+        _fail("--routing-file needs at least one --engine POOL=URL")
+    kopf.configure(
+        verbose=False,
+        log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,
+    )
+    logging.getLogger("gpumix").setLevel(logging.INFO)
+    proxy = Proxy(max_inflight=args.max_inflight_per_pod)
+    if static:
+        table = _static_table(args.routing_file)
+        unknown = sorted({pool for pool, _ in args.engine} - set(table.pools))
+        if unknown:
+            _fail(f"--engine pools not in the routing file: {unknown}")
+        proxy.set_table(table)
+        proxy.set_engines(static_engines(args.engine))
+    asyncio.run(_serve(proxy, args))
+    return 0
+
+
+async def _serve(proxy: Proxy, args: argparse.Namespace) -> None:
+    if args.service is not None:
+        start_watches(
+            proxy, api_client(args.kubeconfig, args.context), args.namespace, args.service
+        )
+    # A client that goes away cancels its handler, which closes the engine connection: how the
+    # engine learns to abort (vLLM aborts a request whose connection closes).
+    runner = web.AppRunner(proxy.app(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, args.bind, args.port).start()
+    log.info("routing on %s:%d", args.bind, args.port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()

@@ -1,0 +1,479 @@
+"""The gpumix router: an OpenAI-compatible streaming reverse proxy that sends every request where
+the plan says (the routing core, :mod:`gpumix.route.core`).
+
+Per request: count the prompt's tokens (token-ID prompts directly, text with an engine's
+``/tokenize``), let the core pick pool and pod, and relay the engine's answer. A stream is relayed
+chunk by chunk as it arrives, never buffered. Until the first byte reaches the client nothing is
+committed, so a pod that refuses the connection, answers 5xx or drops the request before its first
+chunk is retried on another pod; after it, a failure ends the stream with an error event as vLLM's
+server does. A client that disconnects cancels its handler, which closes the engine connection, and
+vLLM aborts a request whose connection closes. When every pod of the planned pool holds its
+in-flight limit, the router answers 429 rather than queue where the plan has no room.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from gpumix.route.core import Decision, PoolFullError, RoutingCore
+from gpumix.route.engines import Engines
+from gpumix.route.predict import histogram_prior
+from gpumix.route.table import RoutingTable
+
+log = logging.getLogger("gpumix.route")
+
+MAX_ATTEMPTS = 3
+"""Pods one request may be tried on before its first byte (the first and two retries)."""
+BYTES_PER_TOKEN = 4
+"""Prompt-length estimate when no engine can tokenize (about 4 bytes per token in English BPE)."""
+_DONE = b"data: [DONE]"
+_RECENT = 8192
+"""Bytes of a stream's end kept to read the usage chunk from."""
+_EVENT = b"data:"
+
+_FAST = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.5)
+
+
+class RouterMetrics:
+    """The router's Prometheus metrics (prometheus-client), on ``/metrics``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.completed = Counter(
+            "gpumix_router_completed_requests",
+            "Requests answered in full, by input and output bucket (each label is the bucket's "
+            "lower edge in tokens): the workload's joint (input, output) histogram.",
+            ["input_from", "output_from"],
+            registry=registry,
+        )
+        self.responses = Counter(
+            "gpumix_router_responses",
+            "Responses by HTTP status code.",
+            ["code"],
+            registry=registry,
+        )
+        self.decision = Histogram(
+            "gpumix_router_decision_seconds",
+            "Time the routing core takes to pick a pool and pod.",
+            buckets=_FAST,
+            registry=registry,
+        )
+        self.added_ttft = Histogram(
+            "gpumix_router_added_ttft_seconds",
+            "Time the router adds before the first byte: request read, tokenization, routing, "
+            "connection and relay of the first chunk.",
+            buckets=_FAST,
+            registry=registry,
+        )
+        self.inflight = Gauge(
+            "gpumix_router_inflight_requests",
+            "Requests in flight through this router replica, per engine pod.",
+            ["pool", "pod"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "gpumix_router_retries",
+            "Requests sent to another pod because one failed before answering.",
+            ["reason"],
+            registry=registry,
+        )
+        self.shed = Counter(
+            "gpumix_router_shed_requests",
+            "Requests answered 429 because every pod of their pool was at its in-flight limit.",
+            ["pool"],
+            registry=registry,
+        )
+        self.tokenize_fallbacks = Counter(
+            "gpumix_router_tokenize_fallbacks",
+            "Prompts whose length was estimated from their bytes because no engine tokenized.",
+            registry=registry,
+        )
+
+
+class _EngineFailedError(Exception):
+    """An engine failed before its first byte reached the client: the request may go elsewhere."""
+
+
+def error_body(message: str, code: int, kind: str, param: str | None = None) -> dict[str, Any]:
+    """An error as vLLM's OpenAI server answers one."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _error(
+    message: str, code: int, kind: str, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.json_response(error_body(message, code, kind), status=code, headers=headers)
+
+
+def max_tokens_of(body: Mapping[str, Any]) -> int | None:
+    """The answer's length cap, in the field the request uses (chat's newer name first)."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def prompt_tokens_given(body: Mapping[str, Any]) -> int | None:
+    """The prompt's length when it is token IDs (one list, or a batch of lists); else None."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return len(prompt)
+    if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
+        return sum(len(p) for p in prompt)
+    return None
+
+
+def _estimate(body: Mapping[str, Any]) -> int:
+    text = json.dumps(body.get("messages") if "messages" in body else body.get("prompt", ""))
+    return max(1, len(text.encode()) // BYTES_PER_TOKEN)
+
+
+class Proxy:
+    """The router's state (plan, engines, routing core) and its HTTP handlers.
+
+    The plan and the engine pods arrive through :meth:`set_table` and :meth:`set_engines` (the
+    watchers of :mod:`gpumix.route.watch`, or a static configuration); a change applies to the
+    next request, and requests in flight stay where they are."""
+
+    def __init__(
+        self, *, max_inflight: int | None = None, registry: CollectorRegistry | None = None
+    ) -> None:
+        self.max_inflight = max_inflight
+        self.metrics = RouterMetrics(registry or CollectorRegistry())
+        self.table: RoutingTable | None = None
+        self.engines: Engines = {}
+        self.urls: dict[str, str] = {}
+        self.core: RoutingCore | None = None
+        self._ids = itertools.count()
+        self._session: aiohttp.ClientSession | None = None
+
+    # ---- plan and engines -------------------------------------------------------------------
+
+    def set_table(self, table: RoutingTable) -> None:
+        if table == self.table:
+            return
+        self.table = table
+        self._rebuild()
+        log.info("routing table", extra={"pools": sorted(table.pools), "grid": table.shape})
+
+    def set_engines(self, engines: Engines) -> None:
+        if engines == self.engines:
+            return
+        self.engines = {pool: dict(pods) for pool, pods in engines.items()}
+        self.urls = {pod: url for pods in engines.values() for pod, url in pods.items()}
+        self._rebuild()
+        log.info("engines", extra={"pods": {p: sorted(pods) for p, pods in engines.items()}})
+
+    def _rebuild(self) -> None:
+        table = self.table
+        if table is None:
+            return
+        pods = {pool: list(names) for pool, names in self.engines.items()}
+        if self.core is None:
+            prior = histogram_prior(table.output_edges, table.traffic())
+            self.core = RoutingCore(table, pods, prior, max_inflight=self.max_inflight)
+        else:
+            self.core.update(table, pods)
+
+    def ready(self) -> str | None:
+        """Why the router cannot route yet (no table, no routable engine), or None."""
+        if self.table is None:
+            return "no routing table yet"
+        if self.core is None or not self.core.pods:
+            return "no ready engine pod in a pool of the plan"
+        return None
+
+    # ---- HTTP -------------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024**2)
+        app.router.add_post("/v1/completions", self.forward)
+        app.router.add_post("/v1/chat/completions", self.forward)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/ready", self.readiness)
+        app.router.add_get("/metrics", self.prometheus)
+        app.cleanup_ctx.append(self._client)
+        return app
+
+    async def _client(self, _: web.Application) -> Any:
+        # One pool of keep-alive connections to the engines; no total timeout (streams last as
+        # long as the answer), a bounded connect so a dead pod is retried quickly.
+        timeout = aiohttp.ClientTimeout(total=None, connect=5.0)
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False)
+        self._session = aiohttp.ClientSession(
+            timeout=timeout, connector=connector, auto_decompress=False
+        )
+        yield
+        await self._session.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        assert self._session is not None, "the app's cleanup context opens the session"
+        return self._session
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readiness(self, _: web.Request) -> web.Response:
+        reason = self.ready()
+        if reason is None:
+            return web.json_response({"status": "ready"})
+        return web.json_response({"status": "not ready", "reason": reason}, status=503)
+
+    async def prometheus(self, _: web.Request) -> web.Response:
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def models(self, _: web.Request) -> web.StreamResponse:
+        for url in sorted(self.urls.values()):
+            try:
+                async with self.session.get(url + "/v1/models") as upstream:
+                    body = await upstream.read()
+                    return web.Response(
+                        body=body, status=upstream.status, content_type="application/json"
+                    )
+            except aiohttp.ClientError:
+                continue
+        return _error("no engine answered /v1/models", 503, "ServiceUnavailableError")
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        start = time.perf_counter()
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return self._count(_error("the request body is not JSON", 400, "BadRequestError"))
+        if not isinstance(body, dict):
+            return self._count(
+                _error("the request body must be a JSON object", 400, "BadRequestError")
+            )
+        reason = self.ready()
+        if reason is not None:
+            return self._count(_error(reason, 503, "ServiceUnavailableError"))
+        prompt = prompt_tokens_given(body)
+        if prompt is None:
+            prompt = await self._tokenize(body)
+        rid = f"r{next(self._ids)}"
+        try:
+            return await self._relay(
+                request=request, rid=rid, raw=raw, body=body, prompt=prompt, start=start
+            )
+        finally:
+            core = self.core
+            if core is not None and core.ledger.get(rid) is not None:
+                core.finish(rid, None)
+
+    async def _relay(
+        self,
+        *,
+        request: web.Request,
+        rid: str,
+        raw: bytes,
+        body: dict[str, Any],
+        prompt: int,
+        start: float,
+    ) -> web.StreamResponse:
+        core = self.core
+        assert core is not None
+        exclude: list[str] = []
+        max_tokens = max_tokens_of(body)
+        headers = {"Content-Type": "application/json"}
+        if auth := request.headers.get("Authorization"):
+            headers["Authorization"] = auth
+        while True:
+            began = time.perf_counter()
+            try:
+                decision = core.route(rid, prompt, max_tokens, exclude=exclude)
+            except PoolFullError as full:
+                self.metrics.shed.labels(full.pool).inc()
+                return self._count(_error(str(full), 429, "TooManyRequests", {"Retry-After": "1"}))
+            self.metrics.decision.observe(time.perf_counter() - began)
+            if decision is None:
+                return self._count(
+                    _error("no engine pod left to try", 503, "ServiceUnavailableError")
+                )
+            gauge = self.metrics.inflight.labels(decision.pool, decision.pod)
+            gauge.inc()
+            try:
+                return await self._attempt(
+                    request=request,
+                    rid=rid,
+                    raw=raw,
+                    headers=headers,
+                    decision=decision,
+                    start=start,
+                )
+            except _EngineFailedError as failed:
+                exclude.append(decision.pod)
+                self.metrics.retries.labels(str(failed)).inc()
+                log.warning(
+                    "retrying elsewhere",
+                    extra={"request": rid, "pod": decision.pod, "reason": str(failed)},
+                )
+                if len(exclude) >= MAX_ATTEMPTS:
+                    return self._count(_error(f"engines failed: {failed}", 502, "BadGatewayError"))
+            finally:
+                gauge.dec()
+
+    async def _attempt(
+        self,
+        *,
+        request: web.Request,
+        rid: str,
+        raw: bytes,
+        headers: dict[str, str],
+        decision: Decision,
+        start: float,
+    ) -> web.StreamResponse:
+        core = self.core
+        assert core is not None
+        url = self.urls[decision.pod] + request.path
+        sent = time.perf_counter()
+        try:
+            upstream = await self.session.post(url, data=raw, headers=headers)
+        except (TimeoutError, aiohttp.ClientConnectionError) as err:
+            raise _EngineFailedError(type(err).__name__) from err
+        try:
+            if upstream.status >= 500:
+                raise _EngineFailedError(f"http-{upstream.status}")
+            try:
+                first = await upstream.content.readany()
+            except (TimeoutError, aiohttp.ClientError) as err:
+                raise _EngineFailedError(type(err).__name__) from err
+            if not first:
+                raise _EngineFailedError("empty-answer")
+            received = time.perf_counter()
+            extra = {"x-gpumix-pool": decision.pool, "x-gpumix-pod": decision.pod}
+            content_type = upstream.headers.get("Content-Type", "application/json")
+            if not content_type.startswith("text/event-stream"):
+                rest = await upstream.read()
+                answer = first + rest
+                out = web.Response(
+                    body=answer,
+                    status=upstream.status,
+                    headers={**extra, "Content-Type": content_type},
+                )
+                if upstream.status == 200:
+                    self._completed(rid, decision, _usage_tokens(answer))
+                self.metrics.added_ttft.observe(sent - start)
+                return self._count(out)
+            response = web.StreamResponse(
+                status=upstream.status,
+                headers={**extra, "Content-Type": content_type, "Cache-Control": "no-cache"},
+            )
+            await response.prepare(request)
+            await response.write(first)
+            self.metrics.added_ttft.observe(sent - start + time.perf_counter() - received)
+            events, done, tail = _events(first, b"")
+            recent = first[-_RECENT:]
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                    n, finished, tail = _events(chunk, tail)
+                    events += n
+                    done = done or finished
+                    recent = (recent + chunk)[-_RECENT:]
+                    core.progress(rid, events)
+            except (TimeoutError, aiohttp.ClientError) as err:
+                log.warning(
+                    "engine failed mid-stream",
+                    extra={"request": rid, "pod": decision.pod, "error": type(err).__name__},
+                )
+            if not done:
+                message = f"engine {decision.pod} stopped before the answer ended"
+                await response.write(
+                    b"data: "
+                    + json.dumps(error_body(message, 502, "BadGatewayError")).encode()
+                    + b"\n\n"
+                    + _DONE
+                    + b"\n\n"
+                )
+                self.metrics.responses.labels("502").inc()
+            else:
+                self._completed(rid, decision, _usage_tokens(recent) or events)
+                self.metrics.responses.labels(str(upstream.status)).inc()
+            await response.write_eof()
+            return response
+        finally:
+            # Back to the pool when read to the end; otherwise (client gone, engine failed) the
+            # connection closes, which is how vLLM learns to abort the request.
+            upstream.release()
+
+    def _completed(self, rid: str, decision: Decision, output_tokens: int | None) -> None:
+        core = self.core
+        assert core is not None
+        flight = core.ledger.get(rid)
+        if flight is None or output_tokens is None:
+            return
+        table = core.table
+        i = table.input_bucket(flight.prompt)
+        j = table.output_bucket(output_tokens)
+        self.metrics.completed.labels(str(table.input_edges[i]), str(table.output_edges[j])).inc()
+        core.finish(rid, output_tokens)
+
+    def _count(self, response: web.Response) -> web.Response:
+        self.metrics.responses.labels(str(response.status)).inc()
+        return response
+
+    async def _tokenize(self, body: dict[str, Any]) -> int:
+        """The prompt's token count from an engine's ``/tokenize`` (the least busy pod: all serve
+        the same model); from its bytes if none answers."""
+        core = self.core
+        assert core is not None
+        query: dict[str, Any] = {"model": body.get("model")}
+        if "messages" in body:
+            query["messages"] = body["messages"]
+        else:
+            query["prompt"] = body.get("prompt", "")
+        for pod in sorted(self.urls, key=lambda p: (core.ledger.requests(p), p))[:2]:
+            try:
+                async with self.session.post(self.urls[pod] + "/tokenize", json=query) as answer:
+                    if answer.status == 200:
+                        count = (await answer.json()).get("count")
+                        if isinstance(count, int):
+                            return count
+            except (TimeoutError, aiohttp.ClientError, ValueError):
+                continue
+        self.metrics.tokenize_fallbacks.inc()
+        return _estimate(body)
+
+
+def _events(chunk: bytes, tail: bytes) -> tuple[int, bool, bytes]:
+    """SSE events that start in ``chunk`` (``tail``: the previous chunk's last bytes, so an
+    event marker split across two chunks counts once), whether ``[DONE]`` arrived, and the new
+    tail. One event is one token as vLLM streams (no speculative decoding); the usage chunk,
+    when present, gives the exact count instead."""
+    data = tail + chunk
+    n = data.count(_EVENT) - tail.count(_EVENT)
+    done = _DONE in data and _DONE not in tail
+    return n - done, done, data[-(len(_DONE) - 1) :]
+
+
+def _usage_tokens(answer: bytes) -> int | None:
+    """``usage.completion_tokens`` of a JSON answer, or of the last SSE event that carries it."""
+    for part in reversed(answer.split(b"\n\n")):
+        text = part.strip()
+        if text.startswith(_EVENT):
+            text = text[len(_EVENT) :].strip()
+        if not text.startswith(b"{") or b"completion_tokens" not in text:
+            continue
+        try:
+            usage = json.loads(text).get("usage") or {}
+        except ValueError:
+            continue
+        tokens = usage.get("completion_tokens")
+        if isinstance(tokens, int):
+            return tokens
+    return None
