@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,10 +14,12 @@ from gpumix.route import (
     Flight,
     Ledger,
     OutputPredictor,
+    PoolFullError,
     RoutingCore,
     RoutingTable,
     histogram_prior,
 )
+from gpumix.route.engines import ENGINE_URL_ANNOTATION, ready_engines
 from proptest import budget
 
 EDGES_IN, EDGES_OUT = [1, 100, 1000], [1, 50, 500]
@@ -130,6 +134,62 @@ def test_core_follows_a_new_plan_and_keeps_requests_in_flight() -> None:
     core.update(moved, {"a": ["a-0"]})  # b's pod went away: its buckets fall back to a
     decision = core.route("t", 10)
     assert decision is not None and decision.pool == "a"
+
+
+def test_a_retry_goes_to_another_pod_of_the_pool_then_to_the_next_pool_by_share() -> None:
+    t = table({"a": [[0.7, 0.7], [0.7, 0.7]], "b": [[0.3, 0.3], [0.3, 0.3]]}, {"a": 2, "b": 1})
+    core = RoutingCore(t, {"a": ["a-0", "a-1"], "b": ["b-0"]}, [25.0, 25.0], max_inflight=1)
+    first = core.route("r", 10)
+    assert first is not None and first.pool == "a"
+    counted = core.split._counts[first.input_bucket, first.output_bucket]
+    retry = core.route("r", 10, exclude=[first.pod])
+    assert retry is not None and retry.pool == "a" and retry.pod != first.pod
+    assert core.split._counts[first.input_bucket, first.output_bucket] == counted  # not again
+    assert len(core.ledger) == 1 and core.ledger.requests(first.pod) == 0
+    last = core.route("r", 10, exclude=["a-0", "a-1"])
+    assert last is not None and last.pod == "b-0"
+    assert core.route("r", 10, exclude=["a-0", "a-1", "b-0"]) is None
+
+
+def test_a_pool_whose_pods_are_all_at_the_limit_is_full() -> None:
+    t = table({"a": [[1.0, 1.0], [1.0, 1.0]], "b": [[0.0, 0.0], [0.0, 0.0]]}, {"a": 2, "b": 1})
+    core = RoutingCore(t, {"a": ["a-0", "a-1"], "b": ["b-0"]}, [25.0, 25.0], max_inflight=2)
+    pods = [core.route(f"r{k}", 10) for k in range(4)]
+    assert sorted(d.pod for d in pods if d is not None) == ["a-0", "a-0", "a-1", "a-1"]
+    with pytest.raises(PoolFullError) as full:
+        core.route("r4", 10)  # b has room, but the plan gives it none of this bucket
+    assert full.value.pool == "a"
+    core.finish("r0", 5)
+    assert core.route("r5", 10) is not None
+
+
+def pod(name: str, ready: str = "True", phase: str = "Running", **meta: Any) -> dict[str, Any]:
+    labels = {"gpumix.io/service": "chat", "gpumix.io/pool": "a10g", **meta.pop("labels", {})}
+    return {
+        "metadata": {"name": name, "labels": labels, **meta},
+        "status": {
+            "phase": phase,
+            "podIP": "10.0.0.1",
+            "conditions": [{"type": "Ready", "status": ready}],
+        },
+    }
+
+
+def test_only_ready_engine_pods_of_the_service_take_requests() -> None:
+    pods = [
+        pod("ok"),
+        pod("tp2", labels={"gpumix.io/gpus-per-replica": "2"}),
+        pod("sim", annotations={ENGINE_URL_ANNOTATION: "http://127.0.0.1:9/"}),
+        pod("unready", ready="False"),
+        pod("pending", phase="Pending"),
+        pod("leaving", deletionTimestamp="2026-01-01T00:00:00Z"),
+        pod("other", labels={"gpumix.io/service": "code"}),
+        pod("router", labels={"gpumix.io/pool": ""}),
+    ]
+    assert ready_engines(pods, "chat") == {
+        "a10g": {"ok": "http://10.0.0.1:8000", "sim": "http://127.0.0.1:9"},
+        "a10g-tp2": {"tp2": "http://10.0.0.1:8000"},
+    }
 
 
 def test_the_operator_routing_document_is_a_routing_table(chat) -> None:  # type: ignore[no-untyped-def]
