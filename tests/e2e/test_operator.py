@@ -153,6 +153,43 @@ def test_deleting_the_service_collects_everything(env: Env) -> None:
     assert configmaps.items == []
 
 
+def test_router_fronts_the_service_until_routing_mode_service(env: Env) -> None:
+    """The objects only: KWOK runs no container, so no request goes through a router here."""
+    router, engines = {"gpumix.io/router": "chat"}, {"gpumix.io/service": "chat"}
+    policy = client.PolicyV1Api(env.kube.api_client)
+    rbac = client.RbacAuthorizationV1Api(env.kube.api_client)
+
+    def router_objects() -> dict[str, Any]:
+        selector = "gpumix.io/router=chat"
+        return {
+            "deployments": env.apps.list_namespaced_deployment(env.ns, label_selector=selector),
+            "pdbs": policy.list_namespaced_pod_disruption_budget(env.ns, label_selector=selector),
+            "accounts": env.core.list_namespaced_service_account(env.ns, label_selector=selector),
+            "roles": rbac.list_namespaced_role(env.ns, label_selector=selector),
+            "bindings": rbac.list_namespaced_role_binding(env.ns, label_selector=selector),
+        }
+
+    env.apply(env.service("chat", 5.5))
+    env.wait_condition("chat", "Ready", "True", "Serving", timeout=120)
+    deployment = env.apps.read_namespaced_deployment("chat--router", env.ns)
+    assert deployment.spec.replicas == 2
+    assert deployment.spec.selector.match_labels == router
+    assert "gpumix.io/service" not in deployment.spec.template.metadata.labels
+    pdb = policy.read_namespaced_pod_disruption_budget("chat--router", env.ns)
+    assert pdb.spec.selector.match_labels == router
+    assert env.core.read_namespaced_service("chat", env.ns).spec.selector == router
+    headless = env.core.read_namespaced_service("chat--engines", env.ns)
+    assert (headless.spec.cluster_ip, headless.spec.selector) == ("None", engines)
+    assert all(len(found.items) == 1 for found in router_objects().values())
+    assert set(env.deployments("chat")) == set(env.allocation("chat"))  # no router among them
+
+    env.apply(env.service("chat", 5.5, routing={"mode": "Service"}))
+    wait("the router to go", lambda: not any(f.items for f in router_objects().values()))
+    assert env.core.read_namespaced_service("chat", env.ns).spec.selector == engines
+    assert env.core.read_namespaced_service("chat--engines", env.ns).spec.selector == engines
+    env.delete_and_wait("chat")
+
+
 def test_prometheus_source_without_prometheus_plans_the_spec(env: Env) -> None:
     """This operator runs without --prometheus-url: the spec's numbers, and the status says why
     (test_operator_observe.py has the operator with Prometheus)."""

@@ -48,6 +48,14 @@ def test_valid_service_parses_with_defaults() -> None:
     assert sum(map(sum, rates)) == pytest.approx(4.0)
 
 
+def test_routing_defaults_to_two_routers_and_reads_camel_case() -> None:
+    routing = LLMService.model_validate(service()).spec.routing
+    assert (routing.mode, routing.replicas, routing.max_inflight_per_pod) == ("Router", 2, 256)
+    doc = service(routing={"mode": "Service", "replicas": 1, "maxInflightPerPod": 8})
+    routing = LLMService.model_validate(doc).spec.routing
+    assert (routing.mode, routing.replicas, routing.max_inflight_per_pod) == ("Service", 1, 8)
+
+
 def test_over_provision_scales_bucket_rates() -> None:
     svc = LLMService.model_validate(service(**{"workload.overProvision": 0.25}))
     assert sum(map(sum, svc.spec.workload.bucket_rates())) == pytest.approx(5.0)
@@ -93,6 +101,14 @@ def test_over_provision_scales_bucket_rates() -> None:
             "spec.batch.backlogRequests",
             "greater than or equal to 0",
         ),
+        ({"routing": {"mode": "Proxy"}}, "spec.routing.mode", "'Router' or 'Service'"),
+        ({"routing": {"replicas": 0}}, "spec.routing.replicas", "greater than or equal to 1"),
+        (
+            {"routing": {"maxInflightPerPod": 0}},
+            "spec.routing.maxInflightPerPod",
+            "greater than or equal to 1",
+        ),
+        ({"routing": {"replica": 3}}, "spec.routing.replica", "Extra inputs"),
     ],
 )
 def test_bad_service_fields_are_named(override: dict[str, Any], field: str, text: str) -> None:

@@ -97,3 +97,15 @@ def test_exclusive_bounds_become_openapi_v3_booleans() -> None:
     node = structural_node({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1})
     assert node == {"type": "number", "minimum": 0, "exclusiveMinimum": True,
                     "maximum": 1, "exclusiveMaximum": True}  # fmt: skip
+
+
+def test_llmservice_routing_is_optional_with_the_models_defaults() -> None:
+    version = crd(RESOURCES[0])["spec"]["versions"][0]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert "routing" not in spec["required"]
+    routing = spec["properties"]["routing"]["properties"]
+    assert routing["mode"]["enum"] == ["Router", "Service"]
+    assert routing["mode"]["default"] == "Router"
+    assert (routing["replicas"]["default"], routing["replicas"]["minimum"]) == (2, 1)
+    inflight = routing["maxInflightPerPod"]
+    assert (inflight["default"], inflight["minimum"], inflight["type"]) == (256, 1, "integer")

@@ -10,14 +10,17 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 import gpumix
+from gpumix.cli import build_parser
 from gpumix.install import (
     IMAGE_REPOSITORY,
     NAME,
     NAMESPACE,
     OPERATOR,
+    ROUTER_IMAGE_ENV,
     RULES,
     base_objects,
     render_install_files,
@@ -54,9 +57,14 @@ def test_rbac_is_least_privilege() -> None:
         assert rule.api_group != "*"
         assert set(rule.verbs) <= known, rule
         assert rule.why, rule
-    # Nothing reads secrets, nothing escalates.
+    # Nothing reads secrets or touches cluster-wide RBAC. The routers' Roles cannot escalate:
+    # without the `escalate` and `bind` verbs (not in `known`), the apiserver lets the operator
+    # grant only what this ClusterRole holds.
     resources = {r for rule in RULES for r in rule.resources}
-    assert not resources & {"secrets", "roles", "clusterroles", "rolebindings", "serviceaccounts"}
+    assert not resources & {"secrets", "clusterroles", "clusterrolebindings"}
+    (rbac,) = [rule for rule in RULES if rule.api_group == "rbac.authorization.k8s.io"]
+    assert set(rbac.resources) == {"roles", "rolebindings"}
+    assert set(rbac.verbs) == {"create", "patch", "delete"}
     pairs = [(rule.api_group, r) for rule in RULES for r in rule.resources]
     assert len(pairs) == len(set(pairs)), "a resource appears in two rules"
 
@@ -77,6 +85,31 @@ def test_the_operator_deployment_is_restricted() -> None:
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert deployment["metadata"]["namespace"] == NAMESPACE
+
+
+def test_the_operator_deploys_routers_with_its_own_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    (deployment,) = base_objects("registry.example/gpumix:dev")["deployment.yaml"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example/gpumix:dev"
+    assert {"name": ROUTER_IMAGE_ENV, "value": container["image"]} in container["env"]
+    # The chart sets it from the image it runs; kustomize copies an image override into it.
+    chart = (CHART / "templates" / "deployment.yaml").read_text()
+    assert f'- name: {ROUTER_IMAGE_ENV}\n          value: {{{{ include "gpumix.image" . ' in chart
+    default = yaml.safe_load((ROOT / "manifests" / "default" / "kustomization.yaml").read_text())
+    (replacement,) = default["replacements"]
+    assert replacement["source"]["fieldPath"].endswith(".[name=operator].image")
+    (target,) = replacement["targets"]
+    assert target["fieldPaths"] == [
+        f"spec.template.spec.containers.[name=operator].env.[name={ROUTER_IMAGE_ENV}].value"
+    ]
+    # `gpumix run` reads it, else runs this release's image.
+    monkeypatch.setenv(ROUTER_IMAGE_ENV, "registry.example/gpumix:dev")
+    assert build_parser().parse_args(["run"]).router_image == "registry.example/gpumix:dev"
+    monkeypatch.delenv(ROUTER_IMAGE_ENV)
+    assert (
+        build_parser().parse_args(["run"]).router_image
+        == f"{IMAGE_REPOSITORY}:{gpumix.__version__}"
+    )
 
 
 def test_chart_defaults_are_the_operator_settings() -> None:

@@ -195,6 +195,34 @@ class Batch(ApiModel):
     )
 
 
+RoutingMode = Literal["Router", "Service"]
+
+
+class Routing(ApiModel):
+    """How clients reach the vLLM pods through the Service `<name>`. A ClusterIP Service spreads
+    connections evenly and so ignores request size; the router sends each request to a pool by
+    its size bucket, as the plan's routing ConfigMap `<name>-routing` says (Mélange App. A.2)."""
+
+    mode: RoutingMode = Field(
+        default="Router",
+        description="Router: the Service selects `replicas` router pods (`gpumix route`) that "
+        "split every size bucket across the pools as planned. Service: it selects the vLLM pods "
+        "directly and no router is deployed.",
+    )
+    replicas: int = Field(
+        default=2,
+        ge=1,
+        description="Router pods (mode Router); two or more keep serving while a node drains.",
+    )
+    max_inflight_per_pod: int = Field(
+        default=256,
+        ge=1,
+        description="Most requests one router holds on one vLLM pod; a request whose planned "
+        "pool has every pod at this limit is answered 429 (`gpumix route "
+        "--max-inflight-per-pod`).",
+    )
+
+
 class LLMServiceSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -247,6 +275,7 @@ class LLMServiceSpec(ApiModel):
     kv_migration: KvMigration = Field(default_factory=KvMigration)
     scaling: Scaling = Field(default_factory=Scaling)
     batch: Batch | None = Field(default=None, description="Deadline and backlog (priority Batch).")
+    routing: Routing = Field(default_factory=Routing)
 
     @model_validator(mode="after")
     def _check_replicas(self) -> Self:

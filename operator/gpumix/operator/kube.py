@@ -24,7 +24,6 @@ class KubeWriter:
         self._dynamic = DynamicClient(api)
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
-        self._apps = client.AppsV1Api(api)
         self._last_applied: dict[tuple[str, str, str, str], dict[str, Any]] = {}
 
     def apply(self, obj: dict[str, Any]) -> bool:
@@ -45,13 +44,15 @@ class KubeWriter:
         self._last_applied[key] = obj
         return True
 
-    def delete_deployment(self, namespace: str, name: str) -> None:
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        """Delete one namespaced object (of any kind we apply); one already gone is fine."""
+        resource = self._dynamic.resources.get(api_version=api_version, kind=kind)
         try:
-            self._apps.delete_namespaced_deployment(name, namespace)
+            self._dynamic.delete(resource, name=name, namespace=namespace)
         except ApiException as err:
             if err.status != 404:
                 raise
-        self._last_applied.pop(("apps/v1", "Deployment", namespace, name), None)
+        self._last_applied.pop((api_version, kind, namespace, name), None)
 
     def patch_service_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self._custom.patch_namespaced_custom_object_status(

@@ -19,8 +19,8 @@ from gpumix.operator.kube import KubeWriter
 from gpumix.operator.observing import Observer
 from gpumix.operator.view import ClusterView
 from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
-from gpumix.reconcile.objects import desired_objects
-from gpumix.render import Owner
+from gpumix.reconcile.objects import desired_objects, unwanted_objects
+from gpumix.render import Owner, router_name
 
 log = logging.getLogger("gpumix.planner")
 KV_FIELD = "kvScheduler"
@@ -71,9 +71,11 @@ class Planner:
         time_limit_s: float,
         budget_per_hour: float | None = None,
         *,
+        router_image: str,
         observer: Observer | None = None,
     ) -> None:
         self.view, self.writer = view, writer
+        self.router_image = router_image
         self.observer = observer or Observer(None)
         self.interval_s, self.time_limit_s = interval_s, time_limit_s
         self.budget_per_hour = budget_per_hour
@@ -138,10 +140,26 @@ class Planner:
                 service = None
             if service is not None and sd.apply is not None:
                 owner = Owner(name=name, namespace=ns, uid=body["metadata"]["uid"])
-                for obj in desired_objects(service, owner, sd, pools):
+                router = self.view.objects["deployments"].get((ns, router_name(name)))
+                available = ((router or {}).get("status") or {}).get("availableReplicas") or 0
+                objects = desired_objects(
+                    service,
+                    owner,
+                    sd,
+                    pools,
+                    router_image=self.router_image,
+                    router_ready=available > 0,
+                )
+                for obj in objects:
                     self._guard("apply", self.writer.apply, obj)
                 for deployment in sd.delete:
-                    self._guard("delete", self.writer.delete_deployment, ns, deployment)
+                    self._guard(
+                        "delete", self.writer.delete, "apps/v1", "Deployment", ns, deployment
+                    )
+                deployed = router is not None
+                for ref in unwanted_objects(service, owner, router_deployed=deployed):
+                    if not self._guard("delete", self.writer.delete, *ref):
+                        break
             if sd.target is not None:
                 for pool, n in sd.target.items():
                     gpus = n * sd.choices[pool].gpus_per_replica if pool in sd.choices else n
@@ -164,9 +182,12 @@ class Planner:
                 log.info("%s/%s %s: %s", ns, name, ev.reason, ev.message)
 
     @staticmethod
-    def _guard(stage: str, fn: Any, *args: Any) -> None:
+    def _guard(stage: str, fn: Any, *args: Any) -> bool:
+        """``fn(*args)``; False (logged and counted) when it raised."""
         try:
             fn(*args)
         except Exception:
             metrics.ERRORS.labels(stage=stage).inc()
             log.exception("%s failed", stage)
+            return False
+        return True

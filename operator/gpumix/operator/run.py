@@ -3,12 +3,14 @@
 import argparse
 import asyncio
 import logging
+import os
 from typing import Any
 
 import kopf
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
+from gpumix.install import ROUTER_IMAGE_ENV, default_image
 from gpumix.operator.handlers import register
 from gpumix.operator.kube import KubeWriter
 from gpumix.operator.kvtask import KvLoop
@@ -67,6 +69,7 @@ async def _main(args: argparse.Namespace) -> None:
         interval_s=args.interval,
         time_limit_s=args.solver_time_limit,
         budget_per_hour=args.budget,
+        router_image=args.router_image,
         observer=observer_from_args(args),
     )
 
@@ -106,6 +109,13 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         type=float,
         default=None,
         help="cluster-wide cap on $/h over every LLMService (the joint plan stays within it)",
+    )
+    run.add_argument(
+        "--router-image",
+        default=os.environ.get(ROUTER_IMAGE_ENV) or default_image(),
+        help=f"image of the LLMServices' router pods, which run `gpumix route` (default: "
+        f"${ROUTER_IMAGE_ENV}, which the install sets to the operator's image, else "
+        f"{default_image()})",
     )
     add_observe_arguments(run)
     run.add_argument("--metrics-port", type=int, default=8080)

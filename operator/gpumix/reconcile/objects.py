@@ -1,21 +1,43 @@
-"""The child objects one service's decision asks for: Deployments, the Service, routing."""
+"""The child objects one service's decision asks for (Deployments, Services, routing, the
+router), and the router's objects to delete once routing no longer asks for them."""
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpumix.api import GPUPool, LLMService
 from gpumix.reconcile.service import ServiceDecision
 from gpumix.render import (
+    ROUTER_KINDS,
     Owner,
     render_deployment,
+    render_engines_service,
+    render_router,
     render_routing_configmap,
     render_service,
+    router_name,
 )
 
 
+class ObjectRef(NamedTuple):
+    """One namespaced object of any kind, as :meth:`KubeWriter.delete` takes it."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+
 def desired_objects(
-    service: LLMService, owner: Owner, decision: ServiceDecision, pools: dict[str, GPUPool]
+    service: LLMService,
+    owner: Owner,
+    decision: ServiceDecision,
+    pools: dict[str, GPUPool],
+    *,
+    router_image: str,
+    router_ready: bool,
 ) -> list[dict[str, Any]]:
-    """What to server-side apply this pass; empty when the decision leaves everything alone."""
+    """What to server-side apply this pass, in order; empty when the decision leaves everything
+    alone. ``router_image`` runs the router pods (``routing.mode: Router``); ``router_ready``:
+    the router Deployment has an available pod, so the Service may point at the routers."""
     if decision.apply is None or decision.target is None:
         return []
     spec = service.spec
@@ -25,8 +47,29 @@ def desired_objects(
         if p in pools and p in decision.choices
     ]
     serving = {p: n for p, n in decision.target.items() if n}
-    objects.append(render_service(owner, spec))
+    objects.append(render_service(owner, spec, router_ready=router_ready))
+    objects.append(render_engines_service(owner))
     objects.append(
         render_routing_configmap(owner, spec, decision.shares, serving, decision.choices)
     )
+    if spec.routing.mode == "Router":
+        objects += render_router(owner, spec, router_image)
     return objects
+
+
+def unwanted_objects(
+    service: LLMService, owner: Owner, *, router_deployed: bool
+) -> list[ObjectRef]:
+    """The router's objects when routing mode is Service but its Deployment (which the operator
+    watches) still exists, e.g. after a switch from mode Router; the Service ``<service>``
+    selects the vLLM pods again in the same pass.
+
+    In :data:`ROUTER_KINDS` order, the Deployment last: deleting stops at the first failure, so
+    the Deployment stays visible and the next pass tries the lot again.
+    """
+    if service.spec.routing.mode == "Router" or not router_deployed:
+        return []
+    name = router_name(owner.name)
+    return [
+        ObjectRef(api_version, kind, owner.namespace, name) for api_version, kind in ROUTER_KINDS
+    ]

@@ -24,6 +24,13 @@ GPU_RESOURCE = "nvidia.com/gpu"
 TERMINATION_GRACE_SECONDS = 60
 """Time for vLLM to finish in-flight requests after SIGTERM; long generations are cut off."""
 
+SCRAPE_ANNOTATIONS = {
+    "prometheus.io/path": "/metrics",
+    "prometheus.io/port": str(PORT),
+    "prometheus.io/scrape": "true",
+}
+"""For Prometheus' annotation-based pod discovery: vLLM (and the router) serve /metrics on PORT."""
+
 PROGRESS_DEADLINE_SECONDS = 1800
 """Image pull (tens of GiB) plus model load (the startup probe's 10 min) exceed the default 600 s
 after which the Deployment reports ``Progressing=False``."""
@@ -112,11 +119,7 @@ def render_deployment(
             },
             "template": {
                 "metadata": {
-                    "annotations": {
-                        "prometheus.io/path": "/metrics",
-                        "prometheus.io/port": str(PORT),
-                        "prometheus.io/scrape": "true",
-                    },
+                    "annotations": dict(SCRAPE_ANNOTATIONS),
                     "labels": dict(labels),  # a copy: no aliasing between the two label maps
                 },
                 "spec": {

@@ -27,6 +27,9 @@ POOL_LABEL = "gpumix.io/pool"
 TP_LABEL = "gpumix.io/gpus-per-replica"
 """Set (and in the selector) only on Deployments of replicas with more than one GPU, so that the
 immutable selectors of existing one-GPU Deployments never change."""
+ROUTER_LABEL = "gpumix.io/router"
+"""On the router's pods instead of ``gpumix.io/service``, so that no selector of the vLLM pods
+(the Deployments', the headless Service's, the KV loop's) ever matches a router."""
 
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -113,6 +116,34 @@ def routing_configmap_name(service: str) -> str:
     return safe_name(service, "routing")
 
 
+def _role_name(service: str, role: str, *, dns1035: bool = False) -> str:
+    """``<service>--<role>``, which no :func:`deployment_name` of the service can be: that would
+    take a pool whose name starts with a dash (a pool named ``router`` has the Deployment
+    ``<service>-router``). Shortened, the name hashes an empty part, which no pool name is."""
+    return safe_name(service, "", role, dns1035=dns1035)
+
+
+def router_name(service: str) -> str:
+    """``<service>--router``: the router's Deployment, PodDisruptionBudget, ServiceAccount, Role
+    and RoleBinding (one name for the lot: each kind has its own namespace of names)."""
+    return _role_name(service, "router")
+
+
+def engines_service_name(service: str) -> str:
+    """``<service>--engines``: the headless Service over the vLLM pods (a DNS-1035 label)."""
+    return _role_name(service, "engines", dns1035=True)
+
+
+def _app_labels(service: str, name: str, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/instance": label_value(service),
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "gpumix",
+        "app.kubernetes.io/managed-by": "gpumix",
+    }
+
+
 def labels_for(service: str, pool: str | None = None, gpus_per_replica: int = 1) -> dict[str, str]:
     """The standard ``app.kubernetes.io/*`` labels plus gpumix's own selector labels.
 
@@ -120,14 +151,7 @@ def labels_for(service: str, pool: str | None = None, gpus_per_replica: int = 1)
     ``gpumix.io/pool`` narrows that to one Deployment. Values longer than a label allows are
     shortened with a hash, so the owner reference, not the label, is the authoritative link.
     """
-    labels = {
-        "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": label_value(service),
-        "app.kubernetes.io/component": "server",
-        "app.kubernetes.io/part-of": "gpumix",
-        "app.kubernetes.io/managed-by": "gpumix",
-        SERVICE_LABEL: label_value(service),
-    }
+    labels = {**_app_labels(service, "vllm", "server"), SERVICE_LABEL: label_value(service)}
     if pool is not None:
         labels[POOL_LABEL] = label_value(pool)
         if gpus_per_replica != 1:
@@ -143,6 +167,18 @@ def selector_for(
     labels = labels_for(service, pool, gpus_per_replica)
     keys = (SERVICE_LABEL,) if pool is None else (POOL_LABEL, SERVICE_LABEL, TP_LABEL)
     return {key: labels[key] for key in keys if key in labels}
+
+
+def router_labels(service: str) -> dict[str, str]:
+    """The router's objects and pods: ``gpumix.io/router``, never ``gpumix.io/service``."""
+    labels = {**_app_labels(service, "gpumix-router", "router"), ROUTER_LABEL: label_value(service)}
+    return dict(sorted(labels.items()))
+
+
+def router_selector(service: str) -> dict[str, str]:
+    """The router pods of ``service``: the Deployment's immutable selector, the PDB's and, in
+    routing mode Router, the Service ``<service>``'s."""
+    return {ROUTER_LABEL: label_value(service)}
 
 
 def owner_reference(owner: Owner) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import strategies as st
 
 from gpumix.api import GPUPool, LLMServiceSpec
 from gpumix.problem import PoolChoice
@@ -18,6 +19,12 @@ from gpumix.render import Owner
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE_ENV = "GPUMIX_UPDATE_GOLDEN"
+ROUTER_IMAGE = "registry.example/gpumix:1.2.3"
+
+# Kubernetes object names: DNS-1123 subdomains (lowercase alphanumerics, '-' and '.').
+_SUB = st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,200}[a-z0-9])?", fullmatch=True)
+_SHORT = st.from_regex(r"[a-z]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
+NAMES = st.one_of(_SHORT, _SUB)
 
 
 class _Dumper(yaml.SafeDumper):

@@ -5,11 +5,16 @@ Regenerate on purpose only: ``GPUMIX_UPDATE_GOLDEN=1 pytest tests/unit/render``.
 
 import json
 
-from render_helpers import Inputs, assert_golden
+import pytest
+from render_helpers import ROUTER_IMAGE, Inputs, assert_golden
 
+from gpumix.api import Routing
 from gpumix.render import (
+    ROUTER_KINDS,
     ROUTING_KEY,
     render_deployment,
+    render_engines_service,
+    render_router,
     render_routing_configmap,
     render_service,
 )
@@ -27,7 +32,26 @@ def test_deployment_tensor_parallel(inputs: Inputs) -> None:
 
 
 def test_service(inputs: Inputs) -> None:
-    assert_golden("service", render_service(inputs.owner, inputs.spec))
+    assert_golden(
+        "service", render_service(inputs.owner, inputs.spec, router_ready=True)
+    )  # selects the routers
+
+
+def test_service_in_routing_mode_service(inputs: Inputs) -> None:
+    spec = inputs.spec.model_copy(update={"routing": Routing(mode="Service")})
+    assert_golden("service-mode-service", render_service(inputs.owner, spec, router_ready=True))
+
+
+def test_engines_service(inputs: Inputs) -> None:
+    assert_golden("engines-service", render_engines_service(inputs.owner))
+
+
+@pytest.mark.parametrize(("index", "kind"), list(enumerate(kind for _, kind in ROUTER_KINDS)))
+def test_router(inputs: Inputs, index: int, kind: str) -> None:
+    spec = inputs.spec.model_copy(update={"routing": Routing(replicas=3, max_inflight_per_pod=64)})
+    rendered = render_router(inputs.owner, spec, ROUTER_IMAGE)[index]
+    assert rendered["kind"] == kind
+    assert_golden(f"router-{kind.lower()}", rendered)
 
 
 def test_routing_configmap(inputs: Inputs) -> None:

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.client import ApiClient
-from render_helpers import Inputs, make_pool
+from render_helpers import NAMES, Inputs, make_pool
 
+from gpumix.api import Routing
 from gpumix.render import (
     ROUTING_KEY,
     deployment_name,
@@ -18,6 +19,7 @@ from gpumix.render import (
     is_label_value,
     labels_for,
     render_deployment,
+    render_engines_service,
     render_routing_configmap,
     render_service,
     routing_configmap_name,
@@ -28,16 +30,11 @@ from proptest import budget
 
 QUICK = budget(200)
 
-# Kubernetes object names: DNS-1123 subdomains (lowercase alphanumerics, '-' and '.').
-_SUB = st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,200}[a-z0-9])?", fullmatch=True)
-_SHORT = st.from_regex(r"[a-z]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
-NAMES = st.one_of(_SHORT, _SUB)
-
 
 def _all(i: Inputs) -> list[dict[str, Any]]:
     return [
         render_deployment(i.owner, i.tp2_spec, i.a100, i.choices["a100-80gb"], 2),
-        render_service(i.owner, i.spec),
+        render_service(i.owner, i.spec, router_ready=True),
         render_routing_configmap(i.owner, i.spec, i.shares, i.replicas, i.choices),
     ]
 
@@ -118,7 +115,9 @@ def test_dotted_pool_name_is_folded_not_merged() -> None:
 # Objects ---------------------------------------------------------------------------------------
 
 
-def test_selector_is_a_subset_of_the_template_labels(rendered: list[dict[str, Any]]) -> None:
+def test_selector_is_a_subset_of_the_template_labels(
+    inputs: Inputs, rendered: list[dict[str, Any]]
+) -> None:
     deployment, service, _ = rendered
     selector = deployment["spec"]["selector"]["matchLabels"]
     template = deployment["spec"]["template"]["metadata"]["labels"]
@@ -128,8 +127,14 @@ def test_selector_is_a_subset_of_the_template_labels(rendered: list[dict[str, An
         "gpumix.io/service": "chat",
     }
     assert selector.items() <= template.items()
-    assert service["spec"]["selector"].items() <= template.items()
     assert "gpumix.io/pool" not in service["metadata"]["labels"]
+    # The vLLM pods are selected by the Service in routing mode Service, and the headless one.
+    spec = inputs.spec.model_copy(update={"routing": Routing(mode="Service")})
+    for engines in (
+        render_service(inputs.owner, spec, router_ready=True),
+        render_engines_service(inputs.owner),
+    ):
+        assert engines["spec"]["selector"].items() <= template.items()
 
 
 @pytest.mark.parametrize("k", [1, 2, 8])

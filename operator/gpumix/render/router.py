@@ -1,0 +1,190 @@
+"""The router of one LLMService (``routing.mode: Router``): ``gpumix route`` pods behind the
+Service ``<service>``, sending each request to a pool by its size bucket as the plan says.
+
+The router reads the routing ConfigMap and watches the service's vLLM pods itself, so its pods
+run under a ServiceAccount of their own, bound to a namespaced Role. RBAC lets the operator grant
+only what it holds itself, hence the same verbs in its ClusterRole (gpumix.install).
+"""
+
+from typing import Any
+
+from gpumix.api import LLMServiceSpec
+from gpumix.install import OPERATOR
+from gpumix.render.deployment import (
+    PORT,
+    PORT_NAME,
+    SCRAPE_ANNOTATIONS,
+    TERMINATION_GRACE_SECONDS,
+)
+from gpumix.render.names import Owner, object_meta, router_labels, router_name, router_selector
+
+ROUTER_KINDS: tuple[tuple[str, str], ...] = (
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("apps/v1", "Deployment"),
+)
+"""(apiVersion, kind) of the router's objects, all named :func:`router_name`, in the order
+:func:`render_router` returns them: the Role before the RoleBinding that grants it (which the
+apiserver checks against the Role), the ServiceAccount before the pods that run under it."""
+
+CONTAINER = "router"
+TMP_SIZE_LIMIT = "64Mi"
+
+
+def _role_rules() -> list[dict[str, Any]]:
+    """The routing ConfigMap ``<service>-routing`` and the readiness of the service's vLLM pods."""
+    return [
+        {"apiGroups": [""], "resources": ["configmaps", "pods"], "verbs": ["get", "list", "watch"]}
+    ]
+
+
+def _resources() -> dict[str, Any]:
+    """An asyncio proxy: little CPU at rest, memory bounded by the requests it holds."""
+    return {"limits": {"memory": "512Mi"}, "requests": {"cpu": "100m", "memory": "128Mi"}}
+
+
+def router_command(owner: Owner, spec: LLMServiceSpec) -> list[str]:
+    """``gpumix route`` for this service, in its namespace, on the engines' port."""
+    return [
+        "gpumix",
+        "route",
+        "--service",
+        owner.name,
+        "--namespace",
+        owner.namespace,
+        "--port",
+        str(PORT),
+        "--max-inflight-per-pod",
+        str(spec.routing.max_inflight_per_pod),
+        "--log-format",
+        "json",
+    ]
+
+
+def _meta(owner: Owner) -> dict[str, Any]:
+    return object_meta(owner, router_name(owner.name), router_labels(owner.name))
+
+
+def render_router_service_account(owner: Owner) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(owner)}
+
+
+def render_router_role(owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(owner),
+        "rules": _role_rules(),
+    }
+
+
+def render_router_role_binding(owner: Owner) -> dict[str, Any]:
+    name = router_name(owner.name)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(owner),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
+    }
+
+
+def render_router_pdb(owner: Owner) -> dict[str, Any]:
+    """At most one router pod evicted at a time, whatever ``routing.replicas``: with two or more
+    a drain never takes the last one; with one the drain proceeds (a minAvailable of 1 would
+    block it for good). Pods that are not Ready (e.g. no vLLM pod ready yet) may always go."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(owner),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": router_selector(owner.name)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
+def _probe(path: str, period: int) -> dict[str, Any]:
+    return {
+        "failureThreshold": 3,
+        "httpGet": {"path": path, "port": PORT_NAME},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+    }
+
+
+def render_router_deployment(owner: Owner, spec: LLMServiceSpec, image: str) -> dict[str, Any]:
+    """The apps/v1 Deployment of ``routing.replicas`` router pods running ``image`` (the
+    operator's own: ``gpumix route`` ships with it), under the restricted Pod Security profile
+    with the operator's user and security contexts."""
+    labels = router_labels(owner.name)
+    selector = router_selector(owner.name)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(owner),
+        "spec": {
+            "replicas": spec.routing.replicas,
+            "selector": {"matchLabels": selector},
+            # A new router must be Ready before an old one goes: the Service keeps its capacity.
+            "strategy": {
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+                "type": "RollingUpdate",
+            },
+            "template": {
+                "metadata": {"annotations": dict(SCRAPE_ANNOTATIONS), "labels": dict(labels)},
+                "spec": {
+                    "containers": [
+                        {
+                            "command": router_command(owner, spec),
+                            "env": OPERATOR.env(),
+                            "image": image,
+                            "livenessProbe": _probe("/health", period=10),
+                            "name": CONTAINER,
+                            "ports": [
+                                {"containerPort": PORT, "name": PORT_NAME, "protocol": "TCP"}
+                            ],
+                            # Ready once the routing table is loaded and a vLLM pod is ready.
+                            "readinessProbe": _probe("/ready", period=5),
+                            "resources": _resources(),
+                            "securityContext": OPERATOR.container_security_context(),
+                            "volumeMounts": [{"mountPath": "/tmp", "name": "tmp"}],
+                        }
+                    ],
+                    # Nothing reads Service environment variables; without them, a namespace
+                    # of many Services does not fill the router's environment.
+                    "enableServiceLinks": False,
+                    "securityContext": OPERATOR.pod_security_context(),
+                    "serviceAccountName": router_name(owner.name),
+                    # A generation in flight through the router lasts as long as on the engine.
+                    "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+                    # One node going away should not take every router with it; soft, so a
+                    # one-node cluster still runs them all.
+                    "topologySpreadConstraints": [
+                        {
+                            "labelSelector": {"matchLabels": dict(selector)},
+                            "matchLabelKeys": ["pod-template-hash"],
+                            "maxSkew": 1,
+                            "topologyKey": "kubernetes.io/hostname",
+                            "whenUnsatisfiable": "ScheduleAnyway",
+                        }
+                    ],
+                    "volumes": [{"emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}, "name": "tmp"}],
+                },
+            },
+        },
+    }
+
+
+def render_router(owner: Owner, spec: LLMServiceSpec, image: str) -> list[dict[str, Any]]:
+    """Every object of the router, in :data:`ROUTER_KINDS` order (the order to apply them in)."""
+    return [
+        render_router_service_account(owner),
+        render_router_role(owner),
+        render_router_role_binding(owner),
+        render_router_pdb(owner),
+        render_router_deployment(owner, spec, image),
+    ]
