@@ -1,11 +1,12 @@
-"""What the Prometheus e2e tests share: simulated vLLM pods, a real Prometheus scraping them,
-and evenly spaced traffic.
+"""What the Prometheus e2e tests share: simulated vLLM pods, a router in front of them, a real
+Prometheus scraping them, and evenly spaced traffic.
 
 Used by test_observe.py (observe_service against Prometheus, no cluster) and by
 test_operator_observe.py (the operator planning from what that Prometheus saw). The sim pods
-run on 127.0.0.1 (`gpumix sim serve`); Prometheus scrapes them with static targets that carry
-the labels the in-cluster relabeling would give the service's pods (namespace,
-gpumix_io_service, pod — observe/README.md), so they are selected exactly as real pods would be.
+run on 127.0.0.1 (`gpumix sim serve`), the router too (`gpumix route --routing-file`);
+Prometheus scrapes them with static targets that carry the labels the in-cluster relabeling
+would give the service's pods (namespace, gpumix_io_service, pod — observe/README.md) and its
+router pods (namespace, gpumix_io_router, pod), so they are selected exactly as real pods would be.
 Prometheus comes from `hack/prometheus install` (the Makefile's `test` runs it).
 """
 
@@ -22,9 +23,10 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +35,11 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def gpumix_command() -> str:
+    """The console script a user runs, from the venv running the tests."""
+    return str(Path(sys.executable).with_name("gpumix"))
 
 
 def prometheus_binary() -> str:
@@ -56,10 +63,9 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 def sim_pods(pods: str = "a10g=2", duration_s: float = 120) -> Iterator[list[dict[str, str]]]:
     """Simulated vLLM pods at 20× speed (requests finish in a fraction of a second); yields one
     {"pod", "url", …} per pod."""
-    gpumix = Path(sys.executable).with_name("gpumix")
     count = sum(int(p.split("=")[1]) for p in pods.split(","))
     proc = subprocess.Popen(
-        [str(gpumix), "sim", "serve", "--model", "meta-llama/Llama-2-7b-hf",
+        [gpumix_command(), "sim", "serve", "--model", "meta-llama/Llama-2-7b-hf",
          "--pods", pods, "--speed", "20", "--duration", str(duration_s)],
         stdout=subprocess.PIPE,
     )  # fmt: skip
@@ -72,8 +78,50 @@ def sim_pods(pods: str = "a10g=2", duration_s: float = 120) -> Iterator[list[dic
             proc.stdout.close()
 
 
+@contextlib.contextmanager
+def router(
+    directory: Path, routing: dict[str, Any], engines: Sequence[tuple[str, str]]
+) -> Iterator[dict[str, str]]:
+    """`gpumix route` with `routing` as its routing file, in front of `engines` ((pool, url) of
+    pools the routing names); yields {"pod", "url"} like sim_pods once it is ready."""
+    (directory / "routing.json").write_text(json.dumps(routing))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    flags = [f for pool, engine in engines for f in ("--engine", f"{pool}={engine}")]
+    log = (directory / "router.log").open("wb")
+    proc = subprocess.Popen(
+        [gpumix_command(), "route", "--routing-file", str(directory / "routing.json"), *flags,
+         "--bind", "127.0.0.1", "--port", str(port), "--log-format", "plain"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, "the router exited; see router.log"
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/ready", timeout=1):
+                break
+            assert time.monotonic() < deadline, "the router never became ready; see router.log"
+            time.sleep(0.1)
+        yield {"pod": "router-0", "url": url}
+    finally:
+        stop(proc)
+        log.close()
+
+
+def complete(url: str, prompt: int, output: int) -> None:
+    """One completion of `prompt` token IDs that generates exactly `output` tokens (the sim's toy
+    model would stop at an EOS otherwise); raises OSError on failure."""
+    body = {"prompt": [7] * prompt, "max_tokens": output, "ignore_eos": True}
+    req = urllib.request.Request(
+        f"{url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        r.read()
+
+
 class PrometheusProcess:
-    """Prometheus scraping `targets` every second as pods of service `service` in `namespace`."""
+    """Prometheus scraping `targets` every second as pods of service `service` in `namespace`,
+    and `routers` as its router pods."""
 
     def __init__(
         self,
@@ -82,6 +130,7 @@ class PrometheusProcess:
         *,
         namespace: str,
         service: str,
+        routers: Sequence[dict[str, str]] = (),
         port: int | None = None,
     ) -> None:
         self.port = port or free_port()
@@ -89,9 +138,10 @@ class PrometheusProcess:
         static = [
             {
                 "targets": [t["url"].removeprefix("http://")],
-                "labels": {"namespace": namespace, "gpumix_io_service": service, "pod": t["pod"]},
+                "labels": {"namespace": namespace, label: service, "pod": t["pod"]},
             }
-            for t in targets
+            for label, pods in (("gpumix_io_service", targets), ("gpumix_io_router", routers))
+            for t in pods
         ]
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
@@ -143,13 +193,16 @@ def running_prometheus(
     *,
     namespace: str,
     service: str,
+    routers: Sequence[dict[str, str]] = (),
     port: int | None = None,
 ) -> Iterator[PrometheusProcess]:
     """A Prometheus that has scraped every target twice; stopped on exit (if still running)."""
-    prom = PrometheusProcess(directory, targets, namespace=namespace, service=service, port=port)
+    prom = PrometheusProcess(
+        directory, targets, namespace=namespace, service=service, routers=routers, port=port
+    )
     try:
         prom.wait_ready()
-        prom.wait_scraping(len(targets))
+        prom.wait_scraping(len(targets) + len(routers))
         yield prom
     finally:
         prom.stop()
@@ -171,13 +224,8 @@ class Traffic:
         self.rate, self.prompt, self.output = rate, prompt, output
 
     def _send(self, url: str, prompt: int, output: int) -> None:
-        body = json.dumps({"prompt": [7] * prompt, "max_tokens": output}).encode()
-        req = urllib.request.Request(
-            f"{url}/v1/completions", body, {"Content-Type": "application/json"}
-        )
         try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                r.read()
+            complete(url, prompt, output)
         except OSError as err:
             self.errors.append(str(err))
 

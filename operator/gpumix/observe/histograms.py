@@ -12,10 +12,11 @@ the context length); the planner needs their joint distribution on the service's
    1000 is for the edge 1001). Requests below the first edge count in the first bucket and those
    at or above the last edge in the last one (they are load all the same); the clamped share is
    reported as `outside`.
-2. **Combination.** Without a joint histogram we assume input and output lengths are
-   independent *within each group* the metrics can be split by — per pod by default: pods of
-   different GPU classes receive different request sizes under Mélange's routing, so the mixture
-   of per-pod products keeps the dependence the routing creates. When a prior joint histogram is
+2. **Combination.** Without a joint histogram (`observation` uses the router's when it has one)
+   we assume input and output lengths are independent *within each group* the metrics can be
+   split by — per pod by default: pods of different GPU classes receive different request sizes
+   under Mélange's routing, so the mixture of per-pod products keeps the dependence the routing
+   creates. When a prior joint histogram is
    known (the spec's static histogram), `combine` instead rakes the prior onto the observed
    marginals (iterative proportional fitting), which keeps the prior's dependence structure
    (its odds ratios) and matches the observed marginals exactly.

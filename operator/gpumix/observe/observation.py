@@ -5,6 +5,10 @@
 `ObservationUnknown` with a reason. It never returns a zero rate for missing data: no series, a
 target down, or an unreachable Prometheus are "unknown"; a rate of 0 means the series exist and
 no request finished in the window.
+
+The joint histogram is the router's when it has one on the service's grid (it counts each request
+in its (input, output) bucket: exact); otherwise it is reconstructed from vLLM's two marginals
+(`histograms.combine`, an approximation), and `router_fallback` says why.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from enum import StrEnum
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -35,6 +40,13 @@ class UnknownReason(StrEnum):
     """The operator has no Prometheus to ask (`gpumix run` without `--prometheus-url`)."""
 
 
+HistogramSource = Literal["router", "vllm-marginals"]
+
+_MIN_REQUESTS = 0.5
+"""Requests a window must count to have a histogram: increase() extrapolates, so a window in
+which nothing finished may still count a fraction of one."""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -54,11 +66,19 @@ class ObservedWorkload(_Frozen):
     request_rate: float
     finished_rate: float
     requests: float
+    """Requests behind `histogram` in the window (the routers' count when they are its source)."""
     input_edges: list[int]
     output_edges: list[int]
     histogram: list[list[float]] | None
     """Joint shares (sum 1); None when no request finished in the window."""
+    histogram_source: HistogramSource | None = None
+    """Where `histogram` came from; None without one (or recovered from status, which does not
+    keep it)."""
+    router_fallback: str | None = None
+    """Why the routers' joint histogram was not used (no router series, no request through a
+    router in the window, buckets off the grid); None when it was."""
     outside_fraction: float = 0.0
+    """Share of the requests vLLM counted outside the edges (clamped into the end buckets)."""
     mean_input_tokens: float | None = None
     mean_output_tokens: float | None = None
     ttft_seconds: float | None = None
@@ -75,7 +95,12 @@ class ObservedWorkload(_Frozen):
 
     def summary(self) -> str:
         rate, window = self.request_rate, self.window_seconds
-        return f"{rate:.3g} req/s over {window:.0f} s ({len(self.pods)} pods)"
+        text = f"{rate:.3g} req/s over {window:.0f} s ({len(self.pods)} pods)"
+        if self.histogram_source is not None:
+            text += f", histogram from {self.histogram_source}"
+        if self.router_fallback is not None:
+            text += f" (router histogram not used: {self.router_fallback})"
+        return text
 
 
 class ObservationUnknown(_Frozen):
@@ -186,11 +211,21 @@ def _observe(  # noqa: PLR0917 (the arguments of observe_service, passed on)
         outs, _ = counts_on_edges(output[key], output_edges, out_prior)
         groups[key] = Marginals(ins, outs)
         outside += out_in
-    requests = sum(g.requests for g in groups.values())
-    histogram = None
-    if requests > 0.5:
-        joint = combine(groups, None if prior is None else np.asarray(prior, dtype=float))
-        histogram = [[float(x) for x in row] for row in joint]
+    counted = sum(g.requests for g in groups.values())
+    routed = _router_counts(
+        source.query(promql.router_buckets(sel, window_s)), input_edges, output_edges
+    )
+    joint: np.ndarray | None = None
+    hist_source: HistogramSource | None = None
+    fallback: str | None = None
+    if isinstance(routed, str):
+        fallback, requests = routed, counted
+        if requests > _MIN_REQUESTS:
+            joint = combine(groups, None if prior is None else np.asarray(prior, dtype=float))
+            hist_source = "vllm-marginals"
+    else:
+        requests = float(routed.sum())
+        joint, hist_source = routed / requests, "router"
     pods = _pod_loads(source, sel)
     return ObservedWorkload(
         at=now,
@@ -200,8 +235,10 @@ def _observe(  # noqa: PLR0917 (the arguments of observe_service, passed on)
         requests=requests,
         input_edges=list(input_edges),
         output_edges=list(output_edges),
-        histogram=histogram,
-        outside_fraction=outside / requests if requests > 0 else 0.0,
+        histogram=None if joint is None else [[float(x) for x in row] for row in joint],
+        histogram_source=hist_source,
+        router_fallback=fallback,
+        outside_fraction=outside / counted if counted > 0 else 0.0,
         mean_input_tokens=_one(source, promql.token_mean(promql.PROMPT_TOKENS, sel, window_s)),
         mean_output_tokens=_one(source, promql.token_mean(promql.OUTPUT_TOKENS, sel, window_s)),
         ttft_seconds=_one(source, promql.latency_mean(promql.TTFT, sel, window_s)),
@@ -209,6 +246,34 @@ def _observe(  # noqa: PLR0917 (the arguments of observe_service, passed on)
         tpot_p90_seconds=_one(source, promql.latency_quantile(promql.ITL, 0.9, sel, window_s)),
         pods=pods,
     )
+
+
+def _router_counts(
+    samples: list[Sample], input_edges: Sequence[int], output_edges: Sequence[int]
+) -> np.ndarray | str:
+    """The routers' request counts per grid bucket, or why there are none to use. A label must be
+    one of the grid's lower edges exactly; a router keeps exporting the buckets of a grid it no
+    longer routes on, so buckets with no requests in the window are skipped (a grid change falls
+    back to the marginals until the window has passed it)."""
+    if not samples:
+        return f"no {promql.ROUTER_COMPLETED} series"
+    rows = {str(edge): i for i, edge in enumerate(input_edges[:-1])}
+    cols = {str(edge): j for j, edge in enumerate(output_edges[:-1])}
+    counts = np.zeros((len(rows), len(cols)))
+    for s in samples:
+        if math.isnan(s.value) or s.value <= 0:
+            continue
+        i_from, o_from = s.labels.get("input_from", ""), s.labels.get("output_from", "")
+        i, j = rows.get(i_from), cols.get(o_from)
+        if i is None or j is None:
+            return (
+                f"bucket input_from={i_from} output_from={o_from} is not on the grid "
+                f"{list(input_edges)} x {list(output_edges)}"
+            )
+        counts[i, j] += s.value
+    if counts.sum() <= _MIN_REQUESTS:
+        return "no request through a router in the window"
+    return counts
 
 
 def _pod_loads(source: MetricsSource, sel: ServiceSelector) -> list[PodLoad]:

@@ -24,13 +24,21 @@ PROMPT_TOKENS = "vllm:request_prompt_tokens"
 OUTPUT_TOKENS = "vllm:request_generation_tokens"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
+ROUTER_COMPLETED = "gpumix_router_completed_requests_total"
+"""The router's joint histogram (gpumix.route.proxy.RouterMetrics): requests answered in full per
+routing-grid bucket, labelled by the bucket's lower edges `input_from` and `output_from`."""
 
 SERVICE_LABEL = "gpumix_io_service"
+ROUTER_LABEL = "gpumix_io_router"
 POD_LABEL = "pod"
 
 
 def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _matchers(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={_quote(v)}" for k, v in sorted(labels.items()))
 
 
 @dataclass(frozen=True)
@@ -44,8 +52,12 @@ class ServiceSelector:
     """Label that tells pods apart (histograms are combined per value of it)."""
 
     def matchers(self) -> str:
-        labels = {"namespace": self.namespace, SERVICE_LABEL: self.service, **self.extra}
-        return ",".join(f"{k}={_quote(v)}" for k, v in sorted(labels.items()))
+        return _matchers({"namespace": self.namespace, SERVICE_LABEL: self.service, **self.extra})
+
+    def router_matchers(self) -> str:
+        """The service's router pods. `extra` narrows the engine pods only: a router serves them
+        all and carries none of their other labels."""
+        return _matchers({"namespace": self.namespace, ROUTER_LABEL: self.service})
 
     def of(self, metric: str) -> str:
         return f"{metric}{{{self.matchers()}}}"
@@ -85,6 +97,13 @@ def token_buckets(metric: str, sel: ServiceSelector, window_s: float) -> str:
     return (
         f"sum by ({sel.group_by}, le) (increase({sel.of(metric + '_bucket')}[{_window(window_s)}]))"
     )
+
+
+def router_buckets(sel: ServiceSelector, window_s: float) -> str:
+    """Requests the service's routers answered in full over the window, per (input_from,
+    output_from) bucket, summed over router replicas: the workload's joint histogram."""
+    where = f"{ROUTER_COMPLETED}{{{sel.router_matchers()}}}"
+    return f"sum by (input_from, output_from) (increase({where}[{_window(window_s)}]))"
 
 
 def token_mean(metric: str, sel: ServiceSelector, window_s: float) -> str:

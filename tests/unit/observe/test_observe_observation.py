@@ -84,12 +84,56 @@ def test_observed_workload() -> None:
     assert obs.tpot_p90_seconds is None  # NaN is not a number we plan with
     assert obs.kv_utilisation == pytest.approx(0.6)
     assert [p.pod for p in obs.pods] == ["a", "b"]
+    assert obs.histogram_source == "vllm-marginals"
+    assert obs.router_fallback == f"no {promql.ROUTER_COMPLETED} series"
+    assert "router histogram not used" in obs.summary()
 
 
 def test_prior_is_raked() -> None:
     obs = observe(canned(), prior=[[1, 1], [1, 1]])
     assert isinstance(obs, ObservedWorkload)
     assert np.asarray(obs.histogram) == pytest.approx(np.full((2, 2), 0.25), abs=1e-3)
+
+
+def _routed(*cells: tuple[str, str, float]) -> list[Sample]:
+    return [Sample({"input_from": i, "output_from": o}, n) for i, o, n in cells]
+
+
+def test_router_joint_histogram_is_preferred() -> None:
+    """The routers' counts are the joint histogram as is: no independence, no raking (the pods'
+    marginals say the opposite: small prompts with small answers)."""
+    answers = canned()
+    answers[promql.router_buckets(SEL, W)] = _routed(
+        ("1", "101", 90), ("201", "1", 30), ("201", "101", 0), ("64", "1", 0)
+    )  # ("64", "1"): a bucket of a former grid, no request in the window
+    obs = observe(answers, prior=[[1, 1], [1, 1]])
+    assert isinstance(obs, ObservedWorkload)
+    assert obs.histogram == [[0.0, 0.75], [0.25, 0.0]]
+    assert obs.requests == 120
+    assert obs.histogram_source == "router"
+    assert obs.router_fallback is None
+    assert obs.summary().endswith("histogram from router")
+
+
+@pytest.mark.parametrize(
+    ("cells", "why"),
+    [
+        ([("1", "1", 50), ("64", "1", 10)], "input_from=64 output_from=1 is not on the grid"),
+        ([("1", "501", 5)], "output_from=501 is not on the grid"),  # the last edge bounds
+        ([("1", "1", 0.0), ("201", "101", math.nan)], "no request through a router"),
+    ],
+)
+def test_router_histogram_off_grid_or_empty_falls_back(
+    cells: list[tuple[str, str, float]], why: str
+) -> None:
+    answers = canned()
+    answers[promql.router_buckets(SEL, W)] = _routed(*cells)
+    obs = observe(answers)
+    assert isinstance(obs, ObservedWorkload)
+    assert np.asarray(obs.histogram) == pytest.approx(np.array([[0.5, 0.0], [0.0, 0.5]]))
+    assert obs.requests == 120
+    assert obs.histogram_source == "vllm-marginals"
+    assert obs.router_fallback is not None and why in obs.router_fallback
 
 
 @pytest.mark.parametrize(
@@ -129,6 +173,7 @@ def test_zero_traffic_is_a_zero_rate_without_histogram() -> None:
     assert isinstance(obs, ObservedWorkload)
     assert obs.request_rate == 0
     assert obs.histogram is None
+    assert obs.histogram_source is None
 
 
 @pytest.mark.parametrize(
@@ -154,3 +199,11 @@ def test_promql_has_fallbacks_and_selector() -> None:
     assert "[60s]" in q
     tricky = ServiceSelector(namespace="n", service='a"b')
     assert 'gpumix_io_service="a\\"b"' in tricky.matchers()
+
+
+def test_router_query_selects_the_router_pods() -> None:
+    q = promql.router_buckets(ServiceSelector("default", "chat", extra={"gpumix_io_pool": "x"}), W)
+    assert q == (
+        "sum by (input_from, output_from) (increase(gpumix_router_completed_requests_total"
+        '{gpumix_io_router="chat",namespace="default"}[60s]))'
+    )
