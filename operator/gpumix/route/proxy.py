@@ -165,6 +165,11 @@ class Proxy:
             return
         self.table = table
         self._rebuild()
+        # Every bucket of the grid exists from the start, at 0: Prometheus's increase() cannot
+        # count a series' first completions if the series appears with them.
+        for lo_in in table.input_edges[:-1]:
+            for lo_out in table.output_edges[:-1]:
+                self.metrics.completed.labels(str(lo_in), str(lo_out))
         log.info("routing table", extra={"pools": sorted(table.pools), "grid": table.shape})
 
     def set_engines(self, engines: Engines) -> None:
