@@ -18,6 +18,9 @@ melange-oracle`` knows each request's output length, a diagnostic), Poisson arri
 service's rate, `--requests` requests, seed `--seed` (the same traffic for every plan). Recorded:
 attainment of TPOT, TTFT (where the case sets one) and both; the case's attainment is "both"
 where a TTFT SLO is set, else TPOT; cost, mix, mixed (≥ 2 pools) or single-type, utilisation.
+Per case, `alone_floor`: the least share of requests any routable placement leaves missing the
+SLO even alone on an idle pod (`gpumix.attainment.least_alone_miss`); above 1 − target, no plan
+on these pools can reach the target, and the summary counts such cases apart.
 
 **Baseline: the cheapest single-type plan at equal attainment.** Per pool, Mélange's single-type
 plan (`solve(..., only=pool)`) with replicas added one at a time (each simulated, same traffic)
@@ -48,9 +51,9 @@ import numpy as np
 
 from gpumix.api import GPUPool, GPUProfile, LLMService
 from gpumix.api.gpuprofile import TPDegree
-from gpumix.attainment import routable_plan_to_target
+from gpumix.attainment import least_alone_miss, routable_plan_to_target, with_alone_misses
 from gpumix.manifests import load_inputs
-from gpumix.plan import UnservableBucketError, solve
+from gpumix.plan import Formulation, UnservableBucketError, solve
 from gpumix.plan.errors import check_servable
 from gpumix.problem import ServiceProblem, build_problem, replica_fits
 from gpumix.profiles import CATALOG
@@ -428,7 +431,8 @@ def run_case(case: Case, planners: list[str], settings: Settings) -> dict[str, A
     try:
         if instance is None:
             raise ValueError(f"no usable pool: {problem.excluded}")
-        check_servable(instance, [k for k in range(len(instance.gpus)) if instance.usable(k)])
+        usable = [k for k in range(len(instance.gpus)) if instance.usable(k)]
+        check_servable(instance, usable)
         mel = solve(instance)
         if mel is None:
             raise ValueError("Mélange's ILP is infeasible")
@@ -437,6 +441,8 @@ def run_case(case: Case, planners: list[str], settings: Settings) -> dict[str, A
         return row
     ctx = Context(case, service, problem, pools, profiles)
     row["melange_cost"] = round(mel.cost_per_hour, 4)
+    filled = with_alone_misses(service, pools, profiles, instance)
+    row["alone_floor"] = round(least_alone_miss(filled, Formulation.ROUTABLE, usable), 6)
     row["planners"] = {}
     for name in planners:
         t0 = time.perf_counter()
@@ -536,6 +542,8 @@ def summarise(rows: list[dict[str, Any]], planner: str, target: float) -> dict[s
             eq.append(p["vs_baseline_cost"])
     times = [p["plan_s"] for p in got]
     alone = [p for p in ok if p["tpot_missed_alone"] > 1 - target]
+    planned = [r for r in rows if "planners" in r and "attainment" in r["planners"][planner]]
+    reachable = [r["planners"][planner] for r in planned if r["alone_floor"] <= 1 - target]
     return {
         "cases": len(got),
         "failed": len(got) - len(ok),
@@ -547,6 +555,9 @@ def summarise(rows: list[dict[str, Any]], planner: str, target: float) -> dict[s
         "reached_target_mixed": sum(p["mixed"] for p in reached),
         "reached_target_single": sum(not p["mixed"] for p in reached),
         "capped_by_alone": len(alone),
+        "out_of_reach": len(planned) - len(reachable),
+        "reachable": len(reachable),
+        "reached_target_where_reachable": sum(p["reached_target"] for p in reachable),
         "mixed_plans": len(mixed),
         "single_plans": len(single),
         "cost_vs_melange": {
@@ -628,6 +639,9 @@ def print_summary(name: str, s: dict[str, Any], target: float) -> None:
           f"{s['single_plans']})")  # fmt: skip
     print(f"  plans where > {1 - target:.2%} of requests miss TPOT even alone on an idle pod "
           f"(the target is out of reach on those pods): {s['capped_by_alone']}")  # fmt: skip
+    print(f"  cases where the target is out of reach on every placement (> {1 - target:.2%} "
+          f"miss even alone on the best types): {s['out_of_reach']}; ≥ target among the "
+          f"others: {s['reached_target_where_reachable']}/{s['reachable']}")  # fmt: skip
     c = s["cost_vs_melange"]
     print(f"  cost / Mélange plan: median {_f(c['median'])}, min {_f(c['min'])}, "
           f"max {_f(c['max'])}")  # fmt: skip

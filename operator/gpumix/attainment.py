@@ -6,14 +6,23 @@ request and if each type gets exactly its planned traffic. Neither is true by co
 MaxTput the *mean* TPOT equals the SLO (§5.3), so a large share of requests misses it; large and
 small requests share a pod (§6.3); KV capacity preempts; the router only estimates output lengths.
 
+A bucket's MaxTput also comes from its midpoint request: with few output tokens (TPOT is latency
+÷ output tokens) a long prompt's prefill alone can exceed the TPOT SLO on a slow type, at any
+load. So the ILP gets each type's share of each bucket that misses even alone (from the roofline
+the simulator runs) and a budget for them: half the misses the target allows, or the least any
+placement reaches when that is more (then the target may be out of reach, and the plan gets as
+close as it can).
+
 So every plan is simulated as it would be deployed (:func:`predict`: the routing core the router
 runs, the engine as vLLM runs it) and :func:`plan_to_target` closes the loop: plan, simulate, and
-where a pool's requests miss the target, derate that pool's MaxTput and solve again. Derating
-only lowers capacities, so each round's optimum costs at least the previous one's; once a plan
-reaches the target, a few bisection steps give back derating the last step overdid, keeping only
-cheaper plans that still reach it. The search is bounded (``max_rounds`` + ``REFINE_ROUNDS``
-solves and simulations, ~0.2 s each for 3,000 requests). Single-type baselines go through the
-same loop, so savings are quoted at equal attainment, as Mélange §6 compares at equal SLO.
+where a pool's requests miss the target, derate that pool's MaxTput (at least so far that its
+planned load no longer fits its replicas) and solve again, until the misses left are ones that
+miss even alone. Derating only lowers capacities, so each round's optimum costs at least the
+previous one's; once a plan reaches the target, a few bisection steps give back derating the
+last step overdid, keeping only cheaper plans that still reach it. The search is bounded
+(``max_rounds`` + ``REFINE_ROUNDS`` solves and simulations, ~0.2 s each for 3,000 requests).
+Single-type baselines go through the same loop, so savings are quoted at equal attainment, as
+Mélange §6 compares at equal SLO.
 """
 
 from __future__ import annotations
@@ -33,9 +42,15 @@ from gpumix.plan import (
     Plan,
     UnservableBucketError,
     plan_allocation,
+    routable,
     solve,
 )
+from gpumix.plan.model import servable_types
 from gpumix.plan.result import SolverName
+from gpumix.problem import build_problem
+from gpumix.profiles import gpu_type
+from gpumix.profiles.models import model_shape
+from gpumix.profiles.roofline import Roofline
 from gpumix.sim.scenario import PlanChoice, TrafficSpec, simulate_service
 
 DEFAULT_TARGET = 0.99
@@ -43,11 +58,15 @@ PREDICTION_REQUESTS = 3000
 PREDICTION_SEED = 1
 MAX_ROUNDS = 12
 REFINE_ROUNDS = 4
-STALL_ROUNDS = 2
 STALL_GAIN = 0.001
-"""Derating stops after two rounds in a row that raise attainment by less than 0.1 pp."""
+"""Derating stops once the misses capacity could recover (those that would meet the SLO alone)
+are below 0.1 pp; a plan that misses the target is kept over a dearer one within 0.1 pp."""
 REFINE_TOLERANCE = 0.05
 """Refinement stops bisecting an option's factor once its bounds are within 5%."""
+ALONE_MISS_SHARE = 0.5
+"""At most half the misses a target allows may be requests that miss even alone (long prompts
+with few output tokens on a slow type); the other half is left to load, which derating
+controls. More only where no placement does better (:func:`least_alone_miss`)."""
 
 
 class PoolAttainment(BaseModel):
@@ -69,6 +88,9 @@ class PredictedAttainment(BaseModel):
     """``None`` when the service sets no TTFT SLO."""
     met: float
     """TPOT and, when set, TTFT: what the target is checked against."""
+    alone: float
+    """Requests that miss the SLO even alone on their pod, or are dropped: misses that no
+    capacity recovers, so ``1 - alone`` bounds what derating can reach."""
     requests: int
     pools: dict[str, PoolAttainment]
 
@@ -96,12 +118,15 @@ def predict(
     ttft_s = None if ttft_ms is None else ttft_ms / 1e3
     met: defaultdict[str, int] = defaultdict(int)
     seen: defaultdict[str, int] = defaultdict(int)
-    tpot_ok = ttft_ok = both = 0
+    tpot_ok = ttft_ok = both = alone = 0
     for r in run.requests:
         pool = run.pods[r.pod].name.rsplit("-", 1)[0] if r.pod >= 0 else ""
         seen[pool] += 1
         if r.finish is None:
+            alone += 1
             continue
+        ttft_alone, tpot_alone = run.pods[r.pod].roof.alone_s(r.prompt, r.output)
+        alone += tpot_alone > tpot_s or (ttft_s is not None and ttft_alone > ttft_s)
         ok_tpot = r.tpot <= tpot_s
         ok_ttft = ttft_s is None or r.ttft <= ttft_s
         tpot_ok += ok_tpot
@@ -115,6 +140,7 @@ def predict(
         tpot=tpot_ok / n,
         ttft=None if ttft_s is None else ttft_ok / n,
         met=both / n,
+        alone=alone / n,
         requests=n,
         pools={
             p: PoolAttainment(requests=seen[p], met=met[p] / seen[p], utilisation=util.get(p, 0.0))
@@ -149,6 +175,66 @@ def derated(instance: AllocationInstance, factors: dict[str, float]) -> Allocati
     return instance.model_copy(update={"gpus": gpus})
 
 
+def with_alone_misses(
+    service: LLMService,
+    pools: list[GPUPool],
+    profiles: list[GPUProfile],
+    instance: AllocationInstance,
+) -> AllocationInstance:
+    """``instance`` with :attr:`~gpumix.plan.GPUOption.alone_miss` filled in where missing,
+    from the performance model the simulator runs: the roofline of the option's GPU type and
+    replica size for the service's model. A bucket's MaxTput says nothing about its tail
+    (§5.3 takes its midpoint), and derating cannot recover requests that miss alone."""
+    if all(g.alone_miss is not None for g in instance.gpus):
+        return instance
+    choices = build_problem(service, pools, profiles).choices
+    slo, wl = service.spec.slo, service.spec.workload
+    model = model_shape(service.spec.model.name)
+    ie, oe = wl.input_edges, wl.output_edges
+
+    def misses(option: str) -> list[list[float]]:
+        c = choices[option]
+        roof = Roofline(gpu_type(c.gpu_type), model, c.gpus_per_replica)
+        return [
+            [
+                0.0
+                if rate <= 0
+                else 1.0
+                - roof.alone_met_share(
+                    (ie[i], ie[i + 1]), (oe[j], oe[j + 1]), slo.tpot_ms, slo.ttft_ms
+                )
+                for j, rate in enumerate(row)
+            ]
+            for i, row in enumerate(instance.rates)
+        ]
+
+    gpus = [
+        g if g.alone_miss is not None else g.model_copy(update={"alone_miss": misses(g.name)})
+        for g in instance.gpus
+    ]
+    return instance.model_copy(update={"gpus": gpus})
+
+
+def least_alone_miss(
+    instance: AllocationInstance, formulation: Formulation, allowed: list[int]
+) -> float:
+    """Share of all requests that miss even alone where the fewest do, availability caps
+    aside: an :attr:`~gpumix.plan.AllocationInstance.alone_miss_budget` below it leaves no
+    plan. On the routable formulation a type takes whole input rows."""
+    if formulation is Formulation.ROUTABLE:
+        groups = list(routable.rows(instance, allowed).values())
+    else:
+        groups = [
+            ([b], servable_types(instance, b, allowed)) for b in instance.buckets_with_traffic()
+        ]
+    least = sum(
+        min((sum(instance.alone_miss_rate(k, b) for b in buckets) for k in types), default=0.0)
+        for buckets, types in groups
+    )
+    total = sum(map(sum, instance.rates))
+    return instance.slice_factor * least / total if total > 0 else 0.0
+
+
 def _step(met: float) -> float:
     """How much a missing pool's MaxTput shrinks: more the further it is from the target."""
     if met < 0.5:
@@ -174,22 +260,32 @@ def plan_to_target(
     max_rounds: int = MAX_ROUNDS,
 ) -> TargetedPlan | None:
     """The cheapest plan found whose predicted attainment reaches ``target``; when none does
-    within ``max_rounds``, or derating stops helping, or makes the demand infeasible under
-    availability caps, the last plan, with ``reached`` False. ``None`` when not even the first
-    solve is feasible. ``only`` restricts the plan to one option (a single-type baseline)."""
+    within ``max_rounds``, or only misses no capacity recovers are left, or derating makes the
+    demand infeasible under availability caps, the cheapest of the plans within ``STALL_GAIN``
+    of the best attainment seen, with ``reached`` False. ``None`` when not even the first solve
+    is feasible. ``only`` restricts the plan to one option (a single-type baseline). Requests
+    that miss even alone are bounded up front (``ALONE_MISS_SHARE``): derating cannot help."""
+    allowed = [
+        k for k, g in enumerate(instance.gpus) if only in (None, g.name) and instance.usable(k)
+    ]
+    instance = with_alone_misses(service, pools, profiles, instance)
+    budget = max(ALONE_MISS_SHARE * (1 - target), least_alone_miss(instance, formulation, allowed))
+    instance = instance.model_copy(update={"alone_miss_budget": budget})
     factors = {g.name: 1.0 for g in instance.gpus}
     failed = dict(factors)
     """Per option, the least derating known to miss the target (the refinement's bound)."""
     rounds = 0
 
-    def attempt(trial: dict[str, float]) -> TargetedPlan | None:
+    def attempt(trial: dict[str, float], dearer: float = math.inf) -> TargetedPlan | None:
+        """Solve with ``trial`` derating and simulate the optimum; ``None`` when infeasible or,
+        without a simulation, when it costs ``dearer`` or more."""
         nonlocal rounds
         rounds += 1
         allocation = solve(
             derated(instance, trial), formulation, solver=solver, time_limit_s=time_limit_s,
             only=only,
         )  # fmt: skip
-        if allocation is None:
+        if allocation is None or allocation.cost_per_hour >= dearer - 1e-9:
             return None
         predicted = predict(service, pools, profiles, allocation, requests=requests, seed=seed)
         return TargetedPlan(
@@ -200,25 +296,32 @@ def plan_to_target(
             rounds=rounds,
         )
 
-    last: TargetedPlan | None = None
-    stalled = 0
-    while rounds < max_rounds and stalled < STALL_ROUNDS:
+    missed: list[TargetedPlan] = []
+    while rounds < max_rounds:
         plan = attempt(factors)
         if plan is None:
-            return last
+            break
         if plan.reached:
             return _refine(plan, failed, attempt, max_rounds + REFINE_ROUNDS - rounds)
-        # Requests that miss even on an idle pod do not come back with capacity: stop when
-        # derating no longer raises attainment.
-        gain = plan.predicted.met - (last.predicted.met if last else 0.0)
-        stalled = stalled + 1 if gain < STALL_GAIN else 0
-        last = plan
+        missed.append(plan)
+        if 1 - plan.predicted.alone - plan.predicted.met < STALL_GAIN:
+            break  # what is left misses even alone: capacity cannot bring it back
         failed = dict(factors)
+        alloc = plan.allocation
         short = [p for p, a in plan.predicted.pools.items() if a.met < target]
-        for pool in short or [p for p, c in plan.allocation.counts.items() if c > 0]:
+        for pool in short or [p for p, c in alloc.counts.items() if c > 0]:
             met = plan.predicted.pools[pool].met if pool in plan.predicted.pools else 0.0
-            factors[pool] *= _step(met)
-    return last
+            # A step the optimum absorbs (a pool planned below its replicas keeps them) would
+            # change nothing: go at least as far as its load no longer fitting them.
+            fits = alloc.load[pool] / alloc.counts[pool] * 0.999 if alloc.counts[pool] else 1.0
+            factors[pool] *= min(_step(met), fits)
+    if not missed:
+        return None
+    best = max(p.predicted.met for p in missed)
+    return min(
+        (p for p in missed if p.predicted.met >= best - STALL_GAIN),
+        key=lambda p: p.allocation.cost_per_hour,
+    )
 
 
 def routable_plan_to_target(
@@ -250,12 +353,13 @@ def routable_plan_to_target(
 def _refine(
     best: TargetedPlan,
     failed: dict[str, float],
-    attempt: Callable[[dict[str, float]], TargetedPlan | None],
+    attempt: Callable[[dict[str, float], float], TargetedPlan | None],
     budget: int,
 ) -> TargetedPlan:
     """Give back derating the last step may have overdone: bisect each option's factor between
     what reached the target and what missed it, keeping a trial only when its optimum is
-    cheaper and still reaches the target. At most ``budget`` more solves and simulations."""
+    cheaper and still reaches the target (one no cheaper is not simulated). At most ``budget``
+    more solves."""
     failed = dict(failed)
     for _ in range(budget):
         open_options = [
@@ -266,14 +370,10 @@ def _refine(
         option = open_options[0]
         trial = dict(best.derating)
         trial[option] = math.sqrt(best.derating[option] * failed[option])
-        plan = attempt(trial)
-        cost = math.inf if plan is None else plan.allocation.cost_per_hour
-        if plan is not None and plan.reached and cost < best.allocation.cost_per_hour - 1e-9:
+        plan = attempt(trial, best.allocation.cost_per_hour)
+        if plan is not None and plan.reached:
             best = plan
-        elif plan is not None and cost >= best.allocation.cost_per_hour - 1e-9:
-            # No cheaper optimum this far up: nothing to gain between here and the bound.
-            failed[option] = trial[option]
-        else:
+        else:  # no cheaper optimum that reaches the target this far up: narrow the bound
             failed[option] = trial[option]
     return best
 
@@ -337,6 +437,8 @@ def promise(
             derating={},
             rounds=1,
         )
+
+    instance = with_alone_misses(service, pools, profiles, instance)  # once, for every solve
 
     def targeted(only: str | None) -> TargetedPlan | None:
         return routable_plan_to_target(

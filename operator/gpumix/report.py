@@ -126,6 +126,7 @@ def _attainment_json(p: PredictedAttainment) -> dict[str, Any]:
         "met": round(p.met, 6),
         "tpot": round(p.tpot, 6),
         "ttft": None if p.ttft is None else round(p.ttft, 6),
+        "alone": round(p.alone, 6),
         "requests": p.requests,
         "pools": {n: round(a.met, 6) for n, a in p.pools.items()},
     }
@@ -168,10 +169,12 @@ def promise_table(
     if p is not None:
         ttft = "" if p.ttft is None else f", TTFT {100 * p.ttft:.2f}%"
         verdict = "meets" if promised.reached else "BELOW"
+        # Below the target, say how much of the shortfall no capacity recovers.
+        alone = "" if promised.reached else f"; {100 * p.alone:.2f}% miss even alone"
         lines.insert(
             -len(promised.plan.baselines) - 1,
             f"  predicted attainment {100 * p.met:.2f}% ({verdict} the {100 * promised.target:g}% "
-            f"target; TPOT {100 * p.tpot:.2f}%{ttft}; {p.requests} simulated requests"
+            f"target; TPOT {100 * p.tpot:.2f}%{ttft}{alone}; {p.requests} simulated requests"
             + ("" if promised.planner == "melange" else f", {promised.rounds} planning rounds")
             + ")",
         )

@@ -43,6 +43,18 @@ def test_cbc_and_paper_formulation_agree(capsys: pytest.CaptureFixture[str]) -> 
     assert costs[1] == pytest.approx(costs[2])
 
 
+def test_a_plan_below_its_target_says_how_much_misses_even_alone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Mélange's plan of the demo misses 99%, partly with long prompts and few output tokens on
+    cheap types: requests no capacity recovers, which the table counts."""
+    assert main(["plan", *EXAMPLE, "--planner", "melange"]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if "predicted attainment" in x)
+    assert "BELOW the 99% target" in line
+    alone = float(line.split("% miss even alone")[0].rsplit(" ", 1)[1])
+    assert 0 < alone < 100 - float(line.split("predicted attainment ")[1].split("%")[0])
+
+
 def test_melange_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = {
         "gpu_info": {"A10G": {"cost": 1.01, "tputs": [[5, 1], [10, 5]]},

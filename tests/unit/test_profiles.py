@@ -18,6 +18,7 @@ from gpumix.profiles import (
 )
 from gpumix.profiles.models import model_shape
 from gpumix.profiles.roofline import Roofline, estimate_profile
+from proptest import budget
 
 LLAMA7B = model_shape("meta-llama/Llama-2-7b-hf")
 
@@ -138,3 +139,78 @@ def test_shipped_example_profiles_are_what_the_estimator_gives(
             tpots_ms=[t.tpot_ms for t in shipped.spec.tables or []],
         )
         assert fresh == shipped, f"manifests/samples/ profile {shipped.name} is stale"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "model", "gpus", "prompt", "output"),
+    [
+        ("a100-80gb", "meta-llama/Llama-2-7b-hf", 1, 3000, 1),
+        ("l4", "meta-llama/Llama-2-7b-hf", 1, 700, 300),
+        ("h100", "meta-llama/Llama-2-70b-hf", 2, 1500, 40),
+    ],
+)
+def test_alone_latency_is_what_the_simulated_engine_takes_on_an_idle_pod(
+    gpu: str, model: str, gpus: int, prompt: int, output: int
+) -> None:
+    from gpumix.sim.cluster import PodGroup, build_pods, run  # noqa: PLC0415
+    from gpumix.sim.request import Request  # noqa: PLC0415
+    from gpumix.sim.routing import RoundRobin  # noqa: PLC0415
+
+    shape = model_shape(model)
+    pods = build_pods([PodGroup(pool="p", gpu_type=gpu, replicas=1, gpus=gpus)], shape)
+    request = Request(0, 0.0, prompt, output)
+    run(pods, RoundRobin(), [request])
+    ttft, tpot = Roofline(gpu_type(gpu), shape, gpus).alone_s(prompt, output)
+    assert ttft == pytest.approx(request.ttft, rel=1e-9)
+    assert tpot == pytest.approx(request.tpot, rel=1e-9)
+
+
+@budget(30)
+@given(
+    gpu=st.sampled_from(["l4", "a10g", "a100-80gb", "h100"]),
+    inputs=st.tuples(st.integers(0, 3800), st.integers(1, 200)),
+    outputs=st.tuples(st.integers(0, 80), st.integers(1, 32)),
+    pivot=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+    ttft_slack=st.one_of(st.none(), st.floats(0.5, 2)),
+)
+def test_alone_met_share_counts_every_request_size_of_the_bucket(
+    gpu: str,
+    inputs: tuple[int, int],
+    outputs: tuple[int, int],
+    pivot: tuple[float, float],
+    ttft_slack: float | None,
+) -> None:
+    """Against enumeration of every (input, output) the simulator can draw in the bucket (each
+    at least 1 token), checked with `alone_s` and the KV limit. The SLO is the alone latency of
+    a request in the bucket (``pivot``), so the boundary runs through it."""
+    roof = Roofline(gpu_type(gpu), LLAMA7B)
+    (in_lo, in_w), (out_lo, out_w) = inputs, outputs
+    sizes = [
+        (max(i, 1), max(o, 1))
+        for i in range(in_lo, in_lo + in_w)
+        for o in range(out_lo, out_lo + out_w)
+    ]
+    ttft_s, tpot_s = roof.alone_s(*sizes[int(pivot[0] * (len(sizes) - 1))])
+    tpot_ms = tpot_s * 1e3 * (0.5 + pivot[1])
+    ttft_ms = None if ttft_slack is None else ttft_s * 1e3 * ttft_slack
+    limit = min(LLAMA7B.max_context, roof.kv_capacity_tokens)
+    met = 0
+    for i, o in sizes:
+        ttft, tpot = roof.alone_s(i, o)
+        late = ttft_ms is not None and ttft * 1e3 > ttft_ms
+        met += i + o <= limit and tpot * 1e3 <= tpot_ms and not late
+    share = roof.alone_met_share((in_lo, in_lo + in_w), (out_lo, out_lo + out_w), tpot_ms, ttft_ms)
+    assert share == pytest.approx(met / len(sizes), abs=1e-12)
+
+
+def test_few_output_tokens_after_a_long_prompt_miss_alone_where_the_bucket_midpoint_meets() -> None:
+    """The case MaxTput (from the midpoint, §5.3) misses: a 60 ms TPOT on an A100 holds for a
+    1,024–2,048-token prompt with 8 output tokens, not with 1; an H100 serves more of them."""
+    a100, h100 = Roofline(gpu_type("a100-80gb"), LLAMA7B), Roofline(gpu_type("h100"), LLAMA7B)
+    assert a100.max_tput(1536, 8.5, 60) > 0
+    bucket = ((1024, 2048), (1, 16))
+    assert 0.5 < a100.alone_met_share(*bucket, 60) < 1
+    assert a100.alone_met_share(*bucket, 60) < h100.alone_met_share(*bucket, 60)
+    assert a100.alone_met_share(*bucket, 60) < a100.alone_met_share(*bucket, 120)
+    assert a100.alone_met_share(*bucket, 60, ttft_ms=10) == 0
+    assert a100.alone_met_share((1, 64), (64, 128), 60) == 1

@@ -11,7 +11,14 @@ import itertools
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 Bucket = tuple[int, int]
 """(input bucket index, output bucket index)."""
@@ -54,11 +61,15 @@ class GPUOption(BaseModel):
     """``[input bucket][output bucket]`` MaxTput in req/s at the SLO (§5.3); 0 = cannot serve."""
     max_count: int | None = Field(default=None, ge=0)
     """Availability cap in units; ``None`` = unlimited."""
+    alone_miss: list[list[Annotated[float, Field(ge=0, le=1)]]] | None = None
+    """``[input bucket][output bucket]`` share of the bucket's requests that miss the SLO even
+    alone on an idle unit (no capacity recovers them); ``None``: not known. Only counted under
+    :attr:`AllocationInstance.alone_miss_budget`."""
 
-    @field_validator("max_tput")
+    @field_validator("max_tput", "alone_miss")
     @classmethod
-    def _rectangular(cls, value: Matrix) -> Matrix:
-        return _check_rectangular(value, "max_tput")
+    def _rectangular(cls, value: Matrix | None, info: ValidationInfo) -> Matrix | None:
+        return None if value is None else _check_rectangular(value, str(info.field_name))
 
 
 class AllocationInstance(BaseModel):
@@ -76,6 +87,11 @@ class AllocationInstance(BaseModel):
     output_edges: list[int] | None = None
     slo_label: str = ""
     """Human-readable SLO, e.g. ``"TPOT 40 ms"``; only used in error messages."""
+    alone_miss_budget: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    """Largest share of all requests the plan may place where they miss the SLO even alone
+    (:attr:`GPUOption.alone_miss`). ``None``: no such constraint, Mélange's ILP as it is.
+    Capacity cannot bring those requests back, so a plan to an attainment target must bound
+    them up front."""
 
     @field_validator("rates")
     @classmethod
@@ -95,12 +111,13 @@ class AllocationInstance(BaseModel):
     def _shapes_agree(self) -> AllocationInstance:
         shape = self.shape
         for k, gpu in enumerate(self.gpus):
-            got = (len(gpu.max_tput), len(gpu.max_tput[0]))
-            if got != shape:
-                raise ValueError(
-                    f"gpus[{k}].max_tput ({gpu.name}) has shape {got[0]}x{got[1]}, "
-                    f"but rates is {shape[0]}x{shape[1]}"
-                )
+            for field, matrix in (("max_tput", gpu.max_tput), ("alone_miss", gpu.alone_miss)):
+                got = None if matrix is None else (len(matrix), len(matrix[0]))
+                if got is not None and got != shape:
+                    raise ValueError(
+                        f"gpus[{k}].{field} ({gpu.name}) has shape {got[0]}x{got[1]}, "
+                        f"but rates is {shape[0]}x{shape[1]}"
+                    )
         for field, edges, size in (
             ("input_edges", self.input_edges, shape[0]),
             ("output_edges", self.output_edges, shape[1]),
@@ -140,6 +157,12 @@ class AllocationInstance(BaseModel):
         if tput <= 0:
             return None
         return self.rates[i][j] / (self.slice_factor * tput)
+
+    def alone_miss_rate(self, gpu: int, bucket: Bucket) -> float:
+        """Req/s of one slice of ``bucket`` that miss the SLO even alone on type ``gpu``."""
+        i, j = bucket
+        miss = self.gpus[gpu].alone_miss
+        return 0.0 if miss is None else self.rates[i][j] * miss[i][j] / self.slice_factor
 
     def bucket_label(self, bucket: Bucket) -> str:
         """``"input 1000–2000 / output 250–500 tokens"`` when edges are known, else indices."""

@@ -1,4 +1,5 @@
-"""Parts shared by both ILP formulations: the count vector ``B``, objective (1), capacity (3).
+"""Parts shared by the ILP formulations: the count vector ``B``, objective (1), capacity (3),
+and, opt-in, a budget for requests that miss the SLO even alone.
 
 Mélange §5.4.3. The formulations differ only in how they encode "every slice goes to
 exactly one type" (constraint (2)); see :mod:`gpumix.plan.aggregated` and
@@ -68,6 +69,23 @@ def add_capacity(
         problem += pulp.lpSum(terms) - count <= LOAD_TOL, f"capacity_t{k}"
 
 
+def add_alone_miss_budget(
+    problem: pulp.LpProblem, instance: AllocationInstance, placement: Placement
+) -> None:
+    """With :attr:`AllocationInstance.alone_miss_budget` set: requests placed where they miss
+    the SLO even alone stay within it (capacity cannot recover them; ours, not Mélange's)."""
+    budget = instance.alone_miss_budget
+    if budget is None:
+        return
+    total = sum(map(sum, instance.rates))
+    terms = [
+        instance.alone_miss_rate(k, bucket) * var
+        for (bucket, k), variables in placement.items()
+        for var in variables
+    ]
+    problem += pulp.lpSum(terms) <= (budget + LOAD_TOL) * total, "alone_miss_budget"
+
+
 def servable_types(instance: AllocationInstance, bucket: Bucket, allowed: list[int]) -> list[int]:
     """Types that may take slices of ``bucket``: MaxTput 0 means the SLO can't be met there."""
     return [k for k in allowed if instance.slice_load(k, bucket) is not None]
@@ -85,4 +103,5 @@ def build_model(
     add_cost_objective(problem, instance, counts)
     placement = add_placement(problem, instance, allowed)
     add_capacity(problem, instance, counts, placement)
+    add_alone_miss_budget(problem, instance, placement)
     return Model(problem=problem, counts=counts, placement=placement)

@@ -17,10 +17,28 @@ import pulp
 from gpumix.plan.instance import AllocationInstance, Bucket
 from gpumix.plan.model import Model, Placement, build_model, servable_types
 
+Row = tuple[list[Bucket], list[int]]
+"""An input row's buckets with traffic, and the types that may take the row."""
+
 
 def build(instance: AllocationInstance, allowed: list[int]) -> Model:
     """Build the routable ILP over the GPU types ``allowed`` (indices into ``instance.gpus``)."""
     return build_model("gpumix_routable", instance, allowed, _add_row_slices)
+
+
+def rows(instance: AllocationInstance, allowed: list[int]) -> dict[int, Row]:
+    """Each input row with traffic: its buckets with traffic, and the ``allowed`` types that
+    serve every one of them (the only types that may take the row)."""
+    buckets_of: dict[int, list[Bucket]] = {}
+    for bucket in instance.buckets_with_traffic():
+        buckets_of.setdefault(bucket[0], []).append(bucket)
+    out: dict[int, Row] = {}
+    for i, buckets in buckets_of.items():
+        types = set(allowed)
+        for bucket in buckets:
+            types &= set(servable_types(instance, bucket, allowed))
+        out[i] = (buckets, sorted(types))
+    return out
 
 
 def _add_row_slices(
@@ -28,16 +46,10 @@ def _add_row_slices(
 ) -> Placement:
     """``y[i, k]`` per input row, with ``Σ_k y[i, k] = S``; every bucket of the row places
     ``y[i, k]`` slices on ``k``."""
-    rows: dict[int, list[Bucket]] = {}
-    for bucket in instance.buckets_with_traffic():
-        rows.setdefault(bucket[0], []).append(bucket)
     placement: Placement = {}
-    for i, buckets in rows.items():
-        types = set(allowed)
-        for bucket in buckets:
-            types &= set(servable_types(instance, bucket, allowed))
+    for i, (buckets, types) in rows(instance, allowed).items():
         row = []
-        for k in sorted(types):
+        for k in types:
             var = problem.add_variable(
                 f"y_i{i}_t{k}", lowBound=0, upBound=instance.slice_factor, cat=pulp.LpInteger
             )

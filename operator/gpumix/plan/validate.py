@@ -23,7 +23,8 @@ def validate_allocation(
     Checks: counts cover every type, are non-negative and within ``max_count``; only
     ``allowed`` types are used; each bucket with traffic is fully assigned in whole slices
     (§5.4.1) and only to types with MaxTput > 0; load per type (recomputed, §5.4.2) matches
-    the reported load and fits in the units bought; cost and objective equal ``Σ counts·c``.
+    the reported load and fits in the units bought; requests placed where they miss even alone
+    stay within ``alone_miss_budget`` when set; cost and objective equal ``Σ counts·c``.
     """
     problems: list[str] = []
     names = [g.name for g in instance.gpus]
@@ -77,6 +78,21 @@ def validate_allocation(
             expected = 1.0 if instance.rates[i][j] > 0 else 0.0
             if not math.isclose(totals[i][j], expected, abs_tol=1e-9):
                 problems.append(f"bucket ({i}, {j}): shares sum to {totals[i][j]}, not {expected}")
+
+    budget = instance.alone_miss_budget
+    if budget is not None:
+        total = sum(map(sum, instance.rates))
+        missed = sum(
+            allocation.share[g.name][i][j] * s_factor * instance.alone_miss_rate(k, (i, j))
+            for k, g in enumerate(instance.gpus)
+            for i in range(rows)
+            for j in range(cols)
+        )
+        if missed > (budget + LOAD_CHECK_TOL) * total:
+            problems.append(
+                f"{missed:.9g} req/s placed where they miss even alone exceed the budget "
+                f"{budget:g} of {total:.9g} req/s"
+            )
 
     cost = sum(allocation.counts[g.name] * g.cost_per_hour for g in instance.gpus)
     if not math.isclose(allocation.cost_per_hour, cost, rel_tol=1e-9, abs_tol=1e-9):

@@ -102,6 +102,49 @@ class Roofline:
         )
         return self.p.step_overhead_ms / 1e3 + max(read / self._bw, compute / self._flops)
 
+    def alone_s(self, input_tokens: int, output_tokens: int) -> tuple[float, float]:
+        """(TTFT, TPOT) of one request on an idle replica: its prefill gives the first token,
+        then one batch-1 decode step per further token (the step is linear in the context, so
+        the mean context is exact). No load, plan or replica count gets a request below this."""
+        ttft = self.prefill_s(input_tokens)
+        decodes = (output_tokens - 1) * self.decode_step_s(1, input_tokens + output_tokens / 2)
+        return ttft, (ttft + decodes) / output_tokens
+
+    def alone_met_share(
+        self,
+        inputs: tuple[int, int],
+        outputs: tuple[int, int],
+        tpot_ms: float,
+        ttft_ms: float | None = None,
+        samples: int = 32,
+    ) -> float:
+        """Share of a bucket's requests (integer sizes uniform in ``[lo, hi)`` of each range,
+        at least 1, as the simulator draws them) that meet the SLO alone and fit in the KV
+        cache. A bucket's MaxTput comes from its midpoint (§5.3), but with few output tokens a
+        long prompt's prefill alone can exceed the TPOT SLO, at any load. Exact along the input
+        (latency grows with it: binary search), ``samples`` equal-probability output lengths."""
+        limit = min(self.model.max_context, self.kv_capacity_tokens)
+
+        def meets(i: int, o: int) -> bool:
+            i, o = max(i, 1), max(o, 1)  # the simulator's sizes are ≥ 1 token
+            ttft, tpot = self.alone_s(i, o)
+            late = ttft_ms is not None and ttft * 1e3 > ttft_ms
+            return i + o <= limit and tpot * 1e3 <= tpot_ms and not late
+
+        in_lo, in_hi = inputs
+        out_lo, out_hi = outputs
+        width = out_hi - out_lo
+        n = min(samples, width)
+        met = 0
+        for k in range(n):
+            o = out_lo + (2 * k + 1) * width // (2 * n)
+            lo, hi = in_lo, in_hi  # the first input that misses lies in [lo, hi]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lo, hi = (mid + 1, hi) if meets(mid, o) else (lo, mid)
+            met += lo - in_lo
+        return met / (n * (in_hi - in_lo))
+
     def max_tput(self, input_tokens: float, output_tokens: float, tpot_ms: float) -> float:
         """Highest req/s for requests of this size with mean TPOT ≤ tpot_ms; 0 if none."""
         if input_tokens + output_tokens > min(self.model.max_context, self.kv_capacity_tokens):

@@ -1,9 +1,11 @@
-"""Instance builders and a brute-force optimum shared by the plan tests."""
+"""Instance builders, a random-instance strategy and a brute-force optimum for the plan tests."""
 
 from __future__ import annotations
 
 import itertools
 import math
+
+from hypothesis import strategies as st
 
 from gpumix.plan import AllocationInstance, GPUOption
 
@@ -66,3 +68,32 @@ def brute_force_cost(inst: AllocationInstance) -> float | None:
         if best is None or cost < best:
             best = cost
     return best
+
+
+@st.composite
+def instances(
+    draw: st.DrawFn, max_rows: int = 3, max_cols: int = 3, max_slices: int = 4
+) -> AllocationInstance:
+    rows = draw(st.integers(1, max_rows))
+    cols = draw(st.integers(1, max_cols))
+    n_types = draw(st.integers(2, 3))
+    rate = st.one_of(st.just(0.0), st.integers(1, 80).map(lambda x: x / 8))
+    # gpu0 serves every bucket (so a plan exists); the others sometimes can't (MaxTput 0).
+    positive = st.integers(1, 120).map(lambda x: x / 4)
+    tput = st.one_of(st.just(0.0), positive)
+
+    def matrix(elements: st.SearchStrategy[float]) -> st.SearchStrategy[list[list[float]]]:
+        row = st.lists(elements, min_size=cols, max_size=cols)
+        return st.lists(row, min_size=rows, max_size=rows)
+
+    gpus = [
+        GPUOption(
+            name=f"gpu{k}",
+            cost_per_hour=draw(st.integers(10, 800).map(lambda x: x / 100)),
+            max_tput=draw(matrix(positive if k == 0 else tput)),
+        )
+        for k in range(n_types)
+    ]
+    return AllocationInstance(
+        rates=draw(matrix(rate)), gpus=gpus, slice_factor=draw(st.integers(1, max_slices))
+    )
