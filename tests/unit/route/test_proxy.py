@@ -100,6 +100,19 @@ class Router:
             for s in family.samples
         }
 
+    def open_stream(self, prompt: int, max_tokens: int) -> tuple[http.client.HTTPConnection, Any]:
+        """A streamed completion left open after its first event (the caller closes it)."""
+        host, port = self.url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        body = {"model": MODEL, "prompt": words(prompt), "max_tokens": max_tokens, "stream": True}
+        conn.request(
+            "POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"}
+        )
+        resp = conn.getresponse()
+        assert resp.status == 200
+        assert resp.readline().startswith(b"data: {")
+        return conn, resp
+
     def client(self) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key="x", max_retries=0, timeout=30)
 
@@ -212,16 +225,7 @@ def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error(tmp_path: Pat
     doomed = Engines("a10g=1", speed=1.0)
     r = Router(tmp_path, [("small", doomed.urls[0]), ("large", doomed.urls[0])])
     try:
-        host, port = r.url.removeprefix("http://").split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=30)
-        body = {"model": MODEL, "prompt": words(5), "max_tokens": 2000, "stream": True}
-        conn.request(
-            "POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"}
-        )
-        resp = conn.getresponse()
-        assert resp.status == 200
-        first = resp.readline()
-        assert first.startswith(b"data: {")
+        conn, resp = r.open_stream(5, 2000)
         doomed.kill()
         started = time.monotonic()
         rest = resp.read().decode()  # returns: the router ends the stream
@@ -240,14 +244,7 @@ def test_a_client_that_disconnects_aborts_the_request_on_the_engine(tmp_path: Pa
     engine = Engines("a10g=1", speed=1.0)
     r = Router(tmp_path, [("small", engine.urls[0]), ("large", engine.urls[0])])
     try:
-        host, port = r.url.removeprefix("http://").split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=30)
-        body = {"model": MODEL, "prompt": words(5), "max_tokens": 2000, "stream": True}
-        conn.request(
-            "POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"}
-        )
-        resp = conn.getresponse()
-        assert resp.readline().startswith(b"data: {")
+        conn, _ = r.open_stream(5, 2000)
         conn.sock.shutdown(socket.SHUT_RDWR)
         conn.close()
         deadline = time.monotonic() + 10
@@ -274,14 +271,7 @@ def test_a_pool_at_its_inflight_limit_sheds_with_429(engines: Engines, tmp_path:
     small, large = engines.urls
     r = Router(tmp_path, [("small", small), ("large", large)], "--max-inflight-per-pod", "1")
     try:
-        host, port = r.url.removeprefix("http://").split(":")
-        holder = http.client.HTTPConnection(host, int(port), timeout=30)
-        body = {"model": MODEL, "prompt": words(5), "max_tokens": 400, "stream": True}
-        holder.request(
-            "POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"}
-        )
-        held = holder.getresponse()
-        assert held.readline().startswith(b"data: {")
+        holder, _ = r.open_stream(5, 400)
         with r.client() as oai:
             with pytest.raises(openai.RateLimitError):
                 oai.completions.create(model=MODEL, prompt=words(5), max_tokens=2)
