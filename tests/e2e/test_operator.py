@@ -140,6 +140,28 @@ def test_joint_plan_serves_two_services_contending_for_a100(env: Env) -> None:
     assert shares == {"a100-80gb": 20}
 
 
+def test_predicted_attainment_below_the_target_puts_the_slo_at_risk(env: Env) -> None:
+    """On L4s alone, 1 req/s is planned as l4×3 loaded up to MaxTput: 86.5% of the requests are
+    predicted to meet the SLO, below the 99% target. On A100s alone (a100-80gb×2) all do.
+    Single-type plans: a mix's share of a bucket may move between equally cheap splits."""
+    env.apply(env.service("on-l4", 1, pools=["l4"]))
+    env.apply(env.service("on-a100", 5.5, pools=["a100-80gb"]))
+    cond = env.wait_condition("on-l4", "SLOAtRisk", "True", "BelowTarget", timeout=120)
+    status = env.get("on-l4")["status"]
+    assert 0.5 < status["predictedAttainment"] < 0.99
+    assert [a["predictedAttainment"] for a in status["allocation"]] == [
+        status["predictedAttainment"]
+    ]
+    assert "is below the target 99%: l4: " in cond["message"]
+    wait("a SLOAtRisk event", lambda: any(
+        e.reason == "SLOAtRisk" and e.type == "Warning" for e in env.events("on-l4")))  # fmt: skip
+    env.wait_condition("on-a100", "SLOAtRisk", "False", "OnTarget")
+    assert env.get("on-a100")["status"]["predictedAttainment"] >= 0.99
+    printed = env.kube.kubectl("get", "llmservices", "on-l4", "-n", env.ns).stdout.splitlines()
+    assert "PREDICTED" in printed[0].split()
+    assert str(status["predictedAttainment"]) in printed[1].split()
+
+
 def test_deleting_the_service_collects_everything(env: Env) -> None:
     env.apply(env.service("chat", 5.5))
     env.wait_condition("chat", "Ready", "True", timeout=120)

@@ -76,6 +76,7 @@ def test_llmservice_has_printer_columns_and_cel_rules() -> None:
     assert columns["Ready"] == '.status.conditions[?(@.type=="Ready")].status'
     assert columns["$/h"] == ".status.costPerHour"
     assert columns["Replicas"] == ".status.replicasSummary"
+    assert columns["Predicted"] == ".status.predictedAttainment"
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     workload = spec["properties"]["workload"]
     rules = [r["rule"] for r in workload["x-kubernetes-validations"]]

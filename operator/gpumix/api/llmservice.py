@@ -307,6 +307,13 @@ class PoolAllocation(ApiModel):
         description="Traffic the plan places on these replicas, in replicas at full SLO "
         "capacity (≤ replicas; load ÷ replicas is the planned utilisation).",
     )
+    predicted_attainment: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Share of the requests routed to these replicas that the simulation of the "
+        "plan predicts meet the SLO (status.predictedAttainment per pool).",
+    )
 
 
 class Baseline(ApiModel):
@@ -453,6 +460,15 @@ class LLMServiceStatus(ApiModel):
         default=None, description="Fraction of the request rate the plan cannot serve."
     )
     unserved_reason: str | None = Field(default=None, description="Why traffic is unserved.")
+    predicted_attainment: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Share of requests predicted to meet TPOT and (when set) TTFT under the plan "
+        "in force, simulated as the router routes it (as `gpumix plan` predicts offline). "
+        "Condition SLOAtRisk compares it with slo.attainmentTarget; unset when the prediction "
+        "failed.",
+    )
     pool_shares: list[PoolShare] = Field(
         default_factory=list, description="GPUs this service holds in each pool."
     )
@@ -477,6 +493,7 @@ class LLMService(Resource):
         {"name": "Savings%", "type": "number", "jsonPath": ".status.savingsPercent"},
         {"name": "Replicas", "type": "string", "jsonPath": ".status.replicasSummary"},
         {"name": "Unserved", "type": "number", "jsonPath": ".status.unservedFraction"},
+        {"name": "Predicted", "type": "number", "jsonPath": ".status.predictedAttainment"},
         {
             "name": "Rate",
             "type": "number",

@@ -256,8 +256,8 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
                     c.service, generation=c.generation, problem=c.problem,
                     allocation=plan.services[name], planned_rate=rates[name],
                     running=c.running, previous=c.previous, conflicts=c.conflicts,
-                    pool_gpus=dict(available), solve_seconds=plan.result.seconds,
-                    now=snap.now, time_limit_s=snap.time_limit_s, pacing=pacing,
+                    pool_gpus=dict(available), solve=plan.result, pools=pools,
+                    profiles=profiles, now=snap.now, time_limit_s=snap.time_limit_s, pacing=pacing,
                 )  # fmt: skip
                 target = sd.target or {}
                 calibration = calibrate(

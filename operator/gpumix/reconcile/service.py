@@ -2,9 +2,18 @@
 
 A failed or infeasible replan never touches what runs: the decision then applies nothing and the
 status keeps the last good allocation, with conditions naming the problem.
+
+The plan applied is simulated as the router will route it (:func:`gpumix.attainment.predict`,
+as `gpumix plan` does offline), and condition SLOAtRisk says when its predicted attainment is
+below the service's target. The operator does not replan to reach the target: its joint ILP
+loads each pool up to MaxTput, and the loop that closes the gap (plan, simulate, derate:
+:func:`gpumix.attainment.plan_to_target`) runs offline only, in `gpumix plan --planner slo`.
 """
 
 import functools
+import hashlib
+import json
+import logging
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -12,28 +21,38 @@ from pydantic import BaseModel, ConfigDict
 from gpumix.api import (
     Baseline,
     ConditionStatus,
+    GPUPool,
+    GPUProfile,
     LLMService,
     LLMServiceStatus,
     PoolAllocation,
     PoolShare,
     WorkloadUsed,
 )
+from gpumix.attainment import PredictedAttainment, predict
 from gpumix.plan import (
     Allocation,
     AllocationInstance,
     SolverError,
+    SolveResult,
     UnservableBucketError,
     solve,
 )
 from gpumix.plan.joint import ServiceAllocation
 from gpumix.problem import PoolChoice, ServiceProblem, option_key
 from gpumix.reconcile import rollout
-from gpumix.reconcile.conditions import remove_condition, set_condition
+from gpumix.reconcile.conditions import condition, remove_condition, set_condition
 from gpumix.reconcile.kvmigration import reductions
 from gpumix.reconcile.pacing import LABEL, PacingInput, pace
 from gpumix.reconcile.rollout import summary
 
 COST_TOLERANCE = 1e-6
+SLO_AT_RISK = "SLOAtRisk"
+PREDICTIONS_KEPT = 256
+"""Predictions cached (by digest of their inputs): more than the services one operator plans."""
+
+log = logging.getLogger("gpumix.planner")
+_predictions: dict[str, PredictedAttainment | str] = {}
 
 
 class Running(BaseModel):
@@ -90,6 +109,60 @@ def _baselines(instance_json: str, time_limit_s: float) -> dict[str, Allocation 
         except (UnservableBucketError, SolverError):
             out[gpu.name] = None
     return out
+
+
+def predicted_attainment(
+    service: LLMService, pools: list[GPUPool], profiles: list[GPUProfile], allocation: Allocation
+) -> PredictedAttainment | str:
+    """:func:`gpumix.attainment.predict` of ``allocation``, or why it failed (logged; a model
+    without a built-in shape cannot be simulated). Cached by a digest of what the simulation
+    reads (the service's spec, every pool's and profile's spec, the replicas and shares), so a
+    plan is simulated once (0.2–0.8 s), not on every pass; failures too, so each is logged once.
+    """
+    inputs = [
+        service.spec.model_dump(mode="json"),
+        {p.name: p.spec.model_dump(mode="json") for p in pools},
+        {p.name: p.spec.model_dump(mode="json") for p in profiles},
+        allocation.model_dump(mode="json", include={"counts", "share"}),
+    ]
+    key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+    if key not in _predictions:
+        if len(_predictions) >= PREDICTIONS_KEPT:
+            del _predictions[next(iter(_predictions))]  # the oldest
+        try:
+            _predictions[key] = predict(service, pools, profiles, allocation)
+        except Exception as err:  # the plan is applied all the same, unpredicted
+            log.warning("%s: predicting attainment failed", service.name, exc_info=True)
+            _predictions[key] = f"{type(err).__name__}: {err}"
+    return _predictions[key]
+
+
+def _slo_at_risk(
+    predicted: PredictedAttainment | str | None, target: float
+) -> tuple[ConditionStatus, str, str]:
+    """Condition SLOAtRisk: whether the plan's predicted attainment (``None``: no traffic) is
+    below ``target``, naming the pools that miss it, worst first, and the share that no
+    capacity would recover."""
+    if predicted is None:
+        return ConditionStatus.FALSE, "NoTraffic", "no requests to predict"
+    if isinstance(predicted, str):
+        return ConditionStatus.UNKNOWN, "PredictionFailed", f"not predicted: {predicted}"
+    head = f"predicted attainment {predicted.met:.2%}"
+    if predicted.met >= target:
+        return ConditionStatus.FALSE, "OnTarget", f"{head} meets the target {100 * target:g}%"
+    worst = sorted(predicted.pools.items(), key=lambda pa: pa[1].met)
+    short = [(p, a) for p, a in worst if a.met < target] or worst[:1]
+    pools = "; ".join(
+        f"{p}: {a.met:.1%} of its requests meet the SLO at {a.utilisation:.0%} utilisation"
+        for p, a in short
+    )
+    alone = (
+        f"; {predicted.alone:.1%} of all requests miss it even alone on their replica"
+        if predicted.alone > 0
+        else ""
+    )
+    message = f"{head} is below the target {100 * target:g}%: {pools or 'no replica serves'}{alone}"
+    return ConditionStatus.TRUE, "BelowTarget", message
 
 
 def _change_summary(old: dict[str, int], new: dict[str, int]) -> str:
@@ -152,14 +225,17 @@ def decide_planned(
     previous: LLMServiceStatus | None,
     conflicts: dict[str, str],
     pool_gpus: dict[str, int | None],
-    solve_seconds: float,
+    solve: SolveResult,
+    pools: list[GPUPool],
+    profiles: list[GPUProfile],
     now: str,
     time_limit_s: float = 30.0,
     pacing: PacingInput | None = None,
 ) -> ServiceDecision:
-    """Turn this service's part of the joint plan into what to apply now and its status;
-    `pacing` (SageServe §6.5.1, `gpumix.reconcile.pacing`) may hold the replicas short of (or,
-    LT-UA, past) the plan's target for now."""
+    """Turn this service's part of the joint plan into what to apply now and its status, with
+    the plan's predicted attainment (:func:`predicted_attainment` on ``pools`` and
+    ``profiles``); `pacing` (SageServe §6.5.1, `gpumix.reconcile.pacing`) may hold the replicas
+    short of (or, LT-UA, past) the plan's target for now."""
     spec = service.spec
     excluded = "; ".join(f"{p}: {why}" for p, why in problem.excluded.items())
     assert problem.instance is not None
@@ -192,6 +268,15 @@ def decide_planned(
         running.names.get(p, p) for p, n in staged.items() if n == 0 and p in running.replicas
     )
     baselines = _baselines(problem.instance.model_dump_json(), time_limit_s)
+    shares = {p: allocation.share.get(p, []) for p in target if target[p]}
+    served = Allocation(
+        counts=target, share=shares, load=allocation.load, cost_per_hour=cost, result=solve
+    )
+    predicted = (
+        predicted_attainment(service, pools, profiles, served)
+        if spec.workload.request_rate > 0
+        else None  # no request to simulate
+    )
     status = _status(
         service,
         baselines=baselines,
@@ -204,12 +289,13 @@ def decide_planned(
         excluded=excluded,
         generation=generation,
         now=now,
-        solve_seconds=solve_seconds,
+        solve_seconds=solve.seconds,
         allocation_result=allocation,
         planned_rate=planned_rate,
         pool_gpus=pool_gpus,
         applied=run_target,
         note=note,
+        predicted=predicted,
     ).model_copy(update={"pacing": pacing_status})
     events = []
     old = {
@@ -235,6 +321,10 @@ def decide_planned(
         seen = previous is not None and previous.unserved_reason == status.unserved_reason
         if not seen:
             events.append(EventSpec(type="Warning", reason="InsufficientCapacity", message=message))
+    risk = condition(status.conditions, SLO_AT_RISK)
+    was = condition(previous.conditions, SLO_AT_RISK) if previous else None
+    if risk and risk.status == ConditionStatus.TRUE and not (was and was.status == risk.status):
+        events.append(EventSpec(type="Warning", reason=SLO_AT_RISK, message=risk.message))
     held = running.gpus()
     for p, n in staged.items():
         held[p] = max(held.get(p, 0), n * problem.choices[p].gpus_per_replica)
@@ -243,7 +333,7 @@ def decide_planned(
         delete=delete,
         target=target,
         choices=problem.choices,
-        shares={p: allocation.share.get(p, []) for p in target if target[p]},
+        shares=shares,
         status=status,
         events=events,
         held_gpus=held,
@@ -279,10 +369,12 @@ def _status(
     allocation_result: ServiceAllocation,
     planned_rate: float,
     pool_gpus: dict[str, int | None],
+    predicted: PredictedAttainment | str | None,
     applied: dict[str, int] | None = None,
     note: str = "",
 ) -> LLMServiceStatus:
     wl = service.spec.workload
+    by_pool = predicted.pools if isinstance(predicted, PredictedAttainment) else {}
     base_list = []
     for option, base in baselines.items():
         base_list.append(
@@ -308,6 +400,7 @@ def _status(
             gpus_per_replica=choices[p].gpus_per_replica,
             cost_per_hour=round(n * choices[p].gpus_per_replica * choices[p].price_per_gpu_hour, 4),
             load=round(allocation_result.load.get(p, 0.0), 3),
+            predicted_attainment=round(by_pool[p].met, 4) if p in by_pool else None,
         )
         for p, n in sorted(target.items())
         if n
@@ -353,6 +446,7 @@ def _status(
         )
     else:
         conds = remove_condition(conds, "ConflictingAutoscaler")
+    setc(SLO_AT_RISK, *_slo_at_risk(predicted, service.spec.slo.attainment_target))
     return LLMServiceStatus(
         observed_generation=generation,
         conditions=conds,
@@ -374,6 +468,9 @@ def _status(
         replicas_summary=summary(target),
         unserved_fraction=round(allocation_result.unserved_fraction, 4) if unserved else None,
         unserved_reason="; ".join(allocation_result.reasons) if unserved else None,
+        predicted_attainment=(
+            round(predicted.met, 4) if isinstance(predicted, PredictedAttainment) else None
+        ),
         pool_shares=_pool_shares(choices, target, pool_gpus),
         kv_scheduler=previous.kv_scheduler if previous else None,
     )

@@ -67,7 +67,7 @@ def test_new_service_gets_a_plan_and_rolls_out() -> None:
     assert cond(sd.status, "Planned")[:2] == ("True", "PlanComputed")
     assert cond(sd.status, "Ready")[:2] == ("False", "RollingOut")
     assert sd.status.cost_per_hour is not None and sd.status.savings_percent is not None
-    assert [e.reason for e in sd.events] == ["PlanChanged"]
+    assert [e.reason for e in sd.events] == ["PlanChanged", "SLOAtRisk"]  # 96.5% < 99%
     assert d.pool_status["a100-80gb"].allocatable_gpus == 24
     assert d.pool_status["h100"].nodes == 2
 

@@ -1,0 +1,96 @@
+"""The planner pass predicts the attainment of the plan it applies (real joint plans, simulated)."""
+
+from typing import Any
+
+from gpumix.api import GPUPool, GPUProfile, LLMService, LLMServiceStatus
+from gpumix.plan import Allocation
+from gpumix.reconcile.cluster import plan_cluster
+from gpumix.reconcile.service import ServiceDecision, predicted_attainment
+
+from .test_cluster_pass import cond, pools, profiles, service, snap
+
+KEY = ("default", "chat")
+
+
+def planned(body: dict[str, Any]) -> ServiceDecision:
+    return plan_cluster(snap(services=[body])).services[KEY]
+
+
+def with_status(body: dict[str, Any], status: LLMServiceStatus) -> dict[str, Any]:
+    return {**body, "status": status.model_dump(by_alias=True, mode="json", exclude_none=True)}
+
+
+def test_plan_below_its_target_is_at_risk_naming_the_worst_pool_once() -> None:
+    # The sample's joint plan (a100-80gb×1 + a10g×2) loads the A100 to its MaxTput: ~96.5%.
+    body = service("chat", 5.5, "t0")
+    first = planned(body)
+    status = first.status
+    assert status.predicted_attainment is not None and 0.9 < status.predicted_attainment < 0.99
+    per_pool = {a.pool: a.predicted_attainment for a in status.allocation}
+    assert all(v is not None for v in per_pool.values()), per_pool
+    worst = min(per_pool, key=lambda p: per_pool[p] or 0.0)
+    state, reason, message = cond(status, "SLOAtRisk")
+    assert (state, reason) == ("True", "BelowTarget")
+    assert f"below the target 99%: {worst}: {100 * (per_pool[worst] or 0):.1f}% " in message
+    assert [e.message for e in first.events if e.reason == "SLOAtRisk"] == [message]
+    again = planned(with_status(body, status))  # next pass, same plan: same status, no event
+    assert again.status.predicted_attainment == status.predicted_attainment
+    assert cond(again.status, "SLOAtRisk") == (state, reason, message)
+    assert "SLOAtRisk" not in [e.reason for e in again.events]
+
+
+def test_plan_on_target_is_not_at_risk_until_the_target_is_raised() -> None:
+    first = planned(service("chat", 5.5, "t0", slo={"tpotMs": 120, "attainmentTarget": 0.9}))
+    assert first.status.predicted_attainment is not None
+    state, reason, message = cond(first.status, "SLOAtRisk")
+    assert (state, reason) == ("False", "OnTarget")
+    assert message.endswith("meets the target 90%")
+    assert "SLOAtRisk" not in [e.reason for e in first.events]
+    raised = planned(with_status(service("chat", 5.5, "t0"), first.status))
+    assert raised.status.predicted_attainment == first.status.predicted_attainment
+    assert cond(raised.status, "SLOAtRisk")[:2] == ("True", "BelowTarget")
+    assert [e.reason for e in raised.events] == ["SLOAtRisk"]
+
+
+def test_a_prediction_that_fails_leaves_the_plan_applied_and_attainment_unknown() -> None:
+    """The simulator has no shape for this model; the planner still plans it from profiles."""
+    model = "example/unshaped-7b"
+    body = service("chat", 5.5, "t0")
+    body["spec"]["model"]["name"] = model
+    profs = profiles()
+    for p in profs:
+        p["spec"]["model"] = model
+    sd = plan_cluster(snap(services=[body], profiles=profs)).services[KEY]
+    assert sd.apply
+    assert sd.status.predicted_attainment is None
+    assert all(a.predicted_attainment is None for a in sd.status.allocation)
+    state, reason, message = cond(sd.status, "SLOAtRisk")
+    assert (state, reason) == ("Unknown", "PredictionFailed")
+    assert "no built-in shape for model 'example/unshaped-7b'" in message
+
+
+def test_no_traffic_is_not_simulated() -> None:
+    sd = planned(service("chat", 0, "t0"))
+    assert sd.status.predicted_attainment is None
+    assert cond(sd.status, "SLOAtRisk")[:2] == ("False", "NoTraffic")
+
+
+def test_an_unchanged_plan_is_simulated_once() -> None:
+    """Only what the simulation reads is digested: not metadata (resourceVersion moves on
+    every status write) nor the solve that produced the allocation."""
+    svc = LLMService.model_validate(service("chat", 5.5, "t0"))
+    gpu_pools = [GPUPool.model_validate(p) for p in pools()]
+    profs = [GPUProfile.model_validate(p) for p in profiles()]
+    sd = planned(service("chat", 5.5, "t0"))
+    assert sd.target is not None
+    alloc = Allocation.model_validate({
+        "counts": sd.target, "share": sd.shares, "load": {}, "cost_per_hour": 0.0,
+        "result": {"status": "optimal", "solver": "highs", "objective": None, "gap": None,
+                   "seconds": 0.5},
+    })  # fmt: skip
+    first = predicted_attainment(svc, gpu_pools, profs, alloc)
+    touched = svc.model_copy(update={"metadata": {**svc.metadata, "resourceVersion": "42"}})
+    resolved = alloc.model_copy(update={"result": alloc.result.model_copy(update={"seconds": 1})})
+    assert predicted_attainment(touched, gpu_pools, profs, resolved) is first
+    fewer = alloc.model_copy(update={"counts": {**alloc.counts, "a10g": 1}})
+    assert predicted_attainment(svc, gpu_pools, profs, fewer) is not first
