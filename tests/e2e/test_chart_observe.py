@@ -28,7 +28,7 @@ from gpumix.manifests import load_objects
 from gpumix.observe import promql
 from gpumix.problem import PoolChoice
 from gpumix.render.deployment import PORT_NAME, render_deployment
-from gpumix.render.names import POOL_LABEL, SERVICE_LABEL, Owner
+from gpumix.render.names import POOL_LABEL, ROUTER_LABEL, SERVICE_LABEL, Owner
 from gpumix_e2e import KubeTarget
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,10 +118,11 @@ def test_podmonitor_selects_and_labels_the_rendered_vllm_pods(helm: str) -> None
     assert endpoint["path"] == pod["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
     assert endpoint["interval"] == "15s"
 
-    assert spec["podTargetLabels"] == [SERVICE_LABEL, POOL_LABEL]
+    assert spec["podTargetLabels"] == [SERVICE_LABEL, POOL_LABEL, ROUTER_LABEL]
     assert sanitized(SERVICE_LABEL) == promql.SERVICE_LABEL
     assert sanitized(POOL_LABEL) == "gpumix_io_pool"
-    assert all(label in labels for label in spec["podTargetLabels"])
+    assert sanitized(ROUTER_LABEL) == promql.ROUTER_LABEL  # the routers' joint histogram
+    assert all(label in labels for label in spec["podTargetLabels"][:2])  # a vLLM pod's
     # `namespace` and `pod` come from the Prometheus Operator itself; nothing may rename them.
     assert promql.POD_LABEL == "pod"
     assert "relabelings" not in endpoint
