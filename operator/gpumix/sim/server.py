@@ -320,6 +320,11 @@ class RealtimePod:
     times, one wake-up of the engine thread per run), where running real-time pods with
     `max_decode_run=1` would change their events and wake the engine thread every step; a run's
     steps all last its `step_time`, so the token times inside a run are the engine's own.
+
+    The events reach the engine in `cluster.run`'s order whatever thread wakes late (a busy CPU,
+    the GIL): whichever thread takes the lock first applies the steps that ended by then
+    (`_advance`), and an arrival, abort or migration is applied only after that. So a pod's
+    simulated timeline is the offline engine's on the same arrivals (test_server_fidelity.py).
     """
 
     def __init__(self, engine: Engine, model_name: str, speed: float = 1.0) -> None:
@@ -329,16 +334,15 @@ class RealtimePod:
         self.metrics = PodMetrics(engine, model_name)
         lock = threading.RLock()
         self._cond = threading.Condition(lock)
-        """Wakes the engine thread (arrivals, aborts, migrations, stop)."""
+        """Wakes the engine thread (a step was started or cut; stop)."""
         self._progress = threading.Condition(lock)
-        """Wakes clients waiting for tokens (the engine thread applied or started steps)."""
+        """Wakes clients waiting for tokens (steps were applied or started)."""
         self._t0 = time.monotonic()
         self._ids = itertools.count()
         self._pending: dict[int, _Pending] = {}
         self._migrations: list[Callable[[float], None]] = []
+        """Actions for the next step boundary (aborts, migrations; see `_boundary`)."""
         self._stop = False
-        self._since = 0.0
-        """The latest arrival or migration: no step starts before it (see `_loop`)."""
         engine.on_finish.append(self._finished)
         self._thread = threading.Thread(target=self._loop, name=f"sim-{engine.name}", daemon=True)
 
@@ -364,27 +368,41 @@ class RealtimePod:
             pending.done.set()
 
     def _loop(self) -> None:
-        """Apply each step when the clock reaches its end and start the next one back to back,
-        at the previous step's end rather than when this thread got to run: a thread woken late
-        (a busy CPU, the GIL) would otherwise stretch simulated time at every step boundary. A
-        step starts later only to wait for a request that arrived after that end."""
+        """Sleep until the step in flight ends (or a client starts or cuts one), then apply it."""
         engine = self.engine
         with self._cond:
             while not self._stop:
-                now = self.now()
-                if engine.busy and engine.step_end <= now:
-                    engine.finish(engine.step_end)
-                if not engine.busy:
-                    if self._migrations:
-                        self._since = now
-                    while self._migrations:
-                        self._migrations.pop(0)(now)
-                    engine.start(max(engine.step_end, self._since))
-                    self._progress.notify_all()
+                self._advance(self.now())
                 timeout = None
                 if engine.busy:
                     timeout = max(0.0, self.wall(engine.step_end - self.now()))
                 self._cond.wait(timeout)
+
+    def _advance(self, now: float) -> None:
+        """Apply every step that ended by `now`, each next one planned at the previous one's end,
+        not when a thread got to run: a late thread would otherwise let an arrival that came
+        after a step's end into the step that should have started then (`cluster.run` starts it
+        and the arrival cuts it), or leave the engine idle until the arrival."""
+        engine = self.engine
+        if not (engine.busy and engine.step_end <= now):
+            return
+        while engine.busy and engine.step_end <= now:
+            end = engine.step_end
+            engine.finish(end)
+            self._boundary(end)
+        self._progress.notify_all()
+
+    def _boundary(self, at: float) -> None:
+        """Between steps at `at`: the aborts and migrations asked for, then the next step."""
+        while self._migrations:
+            self._migrations.pop(0)(at)
+        self.engine.start(at)
+
+    def _changed(self) -> None:
+        """A client started or cut a step: the engine thread's wake-up and streams' next token
+        times moved."""
+        self._cond.notify_all()
+        self._progress.notify_all()
 
     # -- client side ------------------------------------------------------------------------------
     def submit(self, prompt: int, output: int, reason: str = "length") -> _Pending | None:
@@ -392,7 +410,7 @@ class RealtimePod:
         once its `output` tokens are out (`stop` if the last is EOS)."""
         with self._cond:
             now = self.now()
-            self._since = now
+            self._advance(now)
             r = Request(next(self._ids), now, prompt, output)
             pending = _Pending(r, reason)
             self._pending[r.rid] = pending
@@ -401,7 +419,9 @@ class RealtimePod:
                 return None
             if self.engine.busy:
                 self.engine.cut(now)
-            self._cond.notify_all()
+            else:
+                self.engine.start(now)
+            self._changed()
             return pending
 
     def wait_tokens(self, pending: _Pending, sent: int, timeout: float) -> int:
@@ -411,6 +431,7 @@ class RealtimePod:
         with self._cond:
             while True:
                 now = self.now()
+                self._advance(now)
                 generated, due = self.engine.progress(pending.request, now)
                 left = deadline - time.monotonic()
                 if generated > sent or pending.done.is_set() or left <= 0:
@@ -433,12 +454,16 @@ class RealtimePod:
                 pending.done.set()
 
         with self._cond:
+            now = self.now()
+            self._advance(now)
             if pending.done.is_set():
                 return
-            if self.engine.busy:
-                self.engine.cut(self.now())
             self._migrations.append(drop)
-            self._cond.notify_all()
+            if self.engine.busy:
+                self.engine.cut(now)
+            else:
+                self._boundary(now)
+            self._changed()
 
     def running(self) -> list[dict[str, Any]]:
         with self._cond:
@@ -461,7 +486,7 @@ class RealtimePod:
             return out
 
     def _between_steps(self, action: Callable[[float], Any], timeout: float = 10.0) -> Any:
-        """Run `action(now)` on the engine thread at the next step boundary."""
+        """Run `action(at)` at the next step boundary `at` (now, if the engine is idle)."""
         box: dict[str, Any] = {}
         ready = threading.Event()
 
@@ -470,8 +495,12 @@ class RealtimePod:
             ready.set()
 
         with self._cond:
+            now = self.now()
+            self._advance(now)
             self._migrations.append(run)
-            self._cond.notify_all()
+            if not self.engine.busy:
+                self._boundary(now)
+            self._changed()
         if not ready.wait(timeout):
             raise TimeoutError("the engine did not reach a step boundary")
         return box["result"]
