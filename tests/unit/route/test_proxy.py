@@ -205,7 +205,11 @@ def test_bad_requests_get_openai_style_errors(router: Router) -> None:
 def test_a_pod_that_is_down_is_retried_on_another_before_the_first_byte(
     engines: Engines, tmp_path: Path
 ) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
+    # A port held bound but not listening refuses connections for the whole test (a port only
+    # probed free could be handed to the router itself, which would then answer for the dead pod).
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    dead = f"http://127.0.0.1:{held.getsockname()[1]}"
     small, large = engines.urls
     r = Router(tmp_path, [("small", dead), ("small", small), ("large", large)])
     try:
@@ -219,6 +223,7 @@ def test_a_pod_that_is_down_is_retried_on_another_before_the_first_byte(
         assert retried >= 1
     finally:
         r.stop()
+        held.close()
 
 
 def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error(tmp_path: Path) -> None:
