@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from gpumix.datafiles import data_dir
 from gpumix.kvsched import (
     EpochResult,
     LinkProfile,
@@ -96,7 +97,7 @@ def _make(name: str, cap: int, per_node: int) -> Scheduler:
 
 
 def _profile(setup: Setup, roof: Roofline) -> MigrationProfile:
-    net = traffic.shared_dir() / "profiles" / "vidur" / "network"
+    net = data_dir() / "profiles" / "vidur" / "network"
     intra = LinkProfile.from_vidur(net / setup.intra[0] / "send_recv.csv",
                                    devices_per_node=setup.intra[1])  # fmt: skip
     inter = LinkProfile.from_vidur(net / setup.inter[0] / "send_recv.csv",

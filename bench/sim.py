@@ -12,7 +12,7 @@ first `--baseline-minutes` of the trace (default 10), to keep the run bounded. T
 speed-up the decode-run fast-forward buys. Single-threaded (one core).
 
 Usage: ``.venv/bin/python bench/sim.py [--json] [--baseline-minutes M] [--repeat N]``
-The trace is read from ``$GPUMIX_SHARED_DIR/traces`` (default ``<repo>/../shared/traces``).
+The trace is the Azure conversation trace shipped in ``operator/gpumix/data/traces``.
 """
 
 from __future__ import annotations

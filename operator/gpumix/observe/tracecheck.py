@@ -1,4 +1,4 @@
-"""The histogram-combination error on the shared request traces (`histograms` module docstring).
+"""The histogram-combination error on the shipped request traces (`histograms` module docstring).
 
 `python -m gpumix.observe.tracecheck` prints one row per trace and grid; the unit tests call
 `trace_errors` and check the figures stay where README/report quote them.
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
+from gpumix.datafiles import data_dir
 from gpumix.observe.histograms import (
     ALIGNED_GRID,
     TRACE_GRIDS,
     ReconstructionError,
     reconstruction_error,
 )
-from gpumix.shared import shared_dir
 from gpumix.sim.traffic import load_trace
 
 ARXIV = "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"
@@ -26,7 +26,7 @@ ARXIV = "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"
 
 def _lengths(name: str, base: Path | None) -> tuple[np.ndarray, np.ndarray]:
     if name == "arxiv":
-        path = (base or shared_dir()) / "traces" / ARXIV
+        path = (base or data_dir()) / "traces" / ARXIV
         with path.open(newline="") as f:
             rows = list(csv.DictReader(f))
         prompts = np.array([int(float(r["num_prefill_tokens"])) for r in rows])

@@ -1,4 +1,4 @@
-"""Calibrating the roofline against measured step times (the shared profile data).
+"""Calibrating the roofline against measured step times (the shipped public profile data).
 
 Per GPU type we fit the roofline's two efficiencies — the share of peak memory bandwidth and of
 peak FP16 compute that a real engine reaches — to every measurement we have of that GPU:
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+from gpumix.datafiles import data_dir
 from gpumix.profiles.catalog import gpu_type
 from gpumix.profiles.models import ModelShape, model_shape
 from gpumix.profiles.roofline import GIB, RooflineParams
-from gpumix.shared import shared_dir
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def _helix(base: Path) -> list[Point]:
     return points
 
 
-_VIDUR_OPS = (
+VIDUR_OPS = (
     "input_layernorm",
     "attn_pre_proj",
     "attn_rope",
@@ -117,7 +117,7 @@ def _vidur(base: Path) -> list[Point]:
                 if row["num_tensor_parallel_workers"] != "1":
                     continue
                 n = float(row["num_tokens"])
-                ms = sum(float(row[f"time_stats.{op}.median"]) for op in _VIDUR_OPS)
+                ms = sum(float(row[f"time_stats.{op}.median"]) for op in VIDUR_OPS)
                 points.append(
                     Point(
                         gpu,
@@ -186,8 +186,8 @@ def _splitwise(base: Path) -> list[Point]:
 
 
 def load_points(base: Path | None = None) -> list[Point]:
-    """Every measurement in the shared profile data the roofline can be compared with."""
-    root = (base or shared_dir()) / "profiles"
+    """Every measurement in the shipped profile data the roofline can be compared with."""
+    root = (base or data_dir()) / "profiles"
     return [*_helix(root), *_vidur(root), *_splitwise(root)]
 
 

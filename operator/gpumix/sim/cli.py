@@ -163,7 +163,7 @@ def register(sub: Any) -> None:
         "--trace",
         default="azure-conv",
         help="azure-conv, azure-code, mooncake-conv, mooncake-synthetic or a file "
-        "(short names are read from $GPUMIX_SHARED_DIR/traces, default <repo>/../shared)",
+        "(short names: the public traces shipped with gpumix, or $GPUMIX_DATA_DIR/traces)",
     )
     p.add_argument("--rate-scale", type=float, default=1.0, help="trace replay speed-up")
     p.add_argument(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpumix.shared import SHARED_ENV, shared_dir
+from gpumix.datafiles import DATA_ENV, data_dir
 from gpumix.sim.request import Request
 
 TRACE_FILES = {
@@ -82,14 +82,14 @@ def load_mooncake(path: Path) -> Trace:
 
 def load_trace(name_or_path: str, base: Path | None = None) -> Trace:
     """A trace by short name (`azure-conv`, `azure-code`, `mooncake-conv`, `mooncake-synthetic`,
-    found in the shared data directory) or by path (.csv = Azure, .jsonl = Mooncake)."""
+    shipped with gpumix, see `datafiles`) or by path (.csv = Azure, .jsonl = Mooncake)."""
     path = Path(name_or_path)
     if name_or_path in TRACE_FILES:
-        path = (base or shared_dir()) / "traces" / TRACE_FILES[name_or_path]
+        path = (base or data_dir()) / "traces" / TRACE_FILES[name_or_path]
     if not path.is_file():
         known = ", ".join(TRACE_FILES)
         raise FileNotFoundError(
-            f"trace {name_or_path!r}: no file {path} (short names: {known}; set ${SHARED_ENV} "
+            f"trace {name_or_path!r}: no file {path} (short names: {known}; set ${DATA_ENV} "
             "to the directory that holds traces/)"
         )
     if path.suffix == ".jsonl":

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
+from gpumix.datafiles import data_dir
 from gpumix.kvsched import (
     LinkProfile,
     LoadBalancer,
@@ -15,7 +14,6 @@ from gpumix.kvsched import (
     make_baseline,
     plan_migrations,
 )
-from gpumix.sim.traffic import shared_dir
 
 C = 1000
 
@@ -97,9 +95,7 @@ def test_global_consensus_keeps_a_shared_link_within_its_budget() -> None:
 
 
 def test_vidur_send_recv_curves_give_the_documented_bandwidths() -> None:
-    net = shared_dir() / "profiles" / "vidur" / "network"
-    if not (net / "a100_dgx" / "send_recv.csv").is_file():
-        pytest.skip("shared profiles not present")
+    net = data_dir() / "profiles" / "vidur" / "network"
     inter = LinkProfile.from_vidur(net / "a100_dgx" / "send_recv.csv", devices_per_node=1)
     intra = LinkProfile.from_vidur(Path(net / "a100_pairwise_nvlink" / "send_recv.csv"),
                                    devices_per_node=2)  # fmt: skip

@@ -14,7 +14,6 @@ from gpumix.observe.histograms import (
     true_joint,
 )
 from gpumix.observe.tracecheck import trace_errors
-from gpumix.shared import shared_dir
 
 
 def test_counts_exact_when_edges_sit_on_vllm_bounds() -> None:
@@ -72,7 +71,6 @@ def test_independence_is_exact_for_independent_lengths() -> None:
     assert total_variation(joint, product) < 0.02
 
 
-@pytest.mark.skipif(not (shared_dir() / "traces").is_dir(), reason="no shared traces")
 def test_error_on_the_traces() -> None:
     """The figures quoted in observe/README.md (rounded there)."""
     errors = {(e.trace, grid): e for grid, e in trace_errors()}

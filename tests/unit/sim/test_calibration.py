@@ -1,15 +1,11 @@
-"""The roofline calibrated against the shipped measurements (`<repo>/../shared/profiles`)."""
+"""The roofline calibrated against the shipped measurements (`gpumix/data/profiles`)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from gpumix.profiles.calibration import Fit, fit_all, load_points, predict
 from gpumix.profiles.roofline import CALIBRATED, RooflineParams, params_for
-
-SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 
 # Median / 90th-percentile relative error of the calibrated step times per GPU type.
 BOUNDS = {
@@ -23,7 +19,7 @@ BOUNDS = {
 
 @pytest.fixture(scope="module")
 def fits() -> dict[str, Fit]:
-    return fit_all(SHARED)
+    return fit_all()
 
 
 def test_the_shipped_parameters_are_the_fit(fits: dict[str, Fit]) -> None:
@@ -42,7 +38,7 @@ def test_calibration_error_is_bounded(fits: dict[str, Fit]) -> None:
 
 
 def test_calibration_is_no_worse_than_the_round_defaults(fits: dict[str, Fit]) -> None:
-    points = load_points(SHARED)
+    points = load_points()
     for gpu in fits:
         pts = [p for p in points if p.gpu == gpu]
         measured = [p.measured_s for p in pts]

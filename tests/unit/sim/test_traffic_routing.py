@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +12,6 @@ from gpumix.route import RoutingTable
 from gpumix.sim import traffic
 from gpumix.sim.request import Request
 from gpumix.sim.routing import LeastLoaded, PlanRouter, RoundRobin
-
-SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 
 
 def test_poisson_and_gamma_have_the_rate_and_burstiness_asked_for() -> None:
@@ -46,15 +43,15 @@ def test_histogram_sizes_stay_in_their_buckets() -> None:
 
 
 def test_trace_replay_scales_the_rate() -> None:
-    trace = traffic.load_trace("azure-conv", SHARED)
+    trace = traffic.load_trace("azure-conv")
     assert len(trace) == 19_366
     assert 5.4 < trace.rate < 5.7
     fast = traffic.trace_requests(trace, rate_scale=2.0)
     assert abs(fast[-1].arrival - trace.duration / 2) < 1e-6
     assert [r.prompt for r in fast[:3]] == [int(x) for x in trace.prompts[:3]]
-    code = traffic.load_trace("azure-code", SHARED)
+    code = traffic.load_trace("azure-code")
     assert len(code) == 8_819
-    moon = traffic.load_trace("mooncake-conv", SHARED)
+    moon = traffic.load_trace("mooncake-conv")
     assert len(moon) == 12_031 and np.all(np.diff(moon.times) >= 0)
 
 
