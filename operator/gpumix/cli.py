@@ -10,6 +10,12 @@ from pydantic import ValidationError
 from gpumix.api import RESOURCES, GPUPool, GPUProfile, LLMService
 from gpumix.api.crdgen import write_crds
 from gpumix.attainment import promise
+from gpumix.cliargs import (
+    EXIT_BAD_INPUT,
+    Parser,
+    fraction,
+    positive_float,
+)
 from gpumix.install import write_install_files
 from gpumix.manifests import ManifestError, describe, load_inputs
 from gpumix.melange_config import MelangeConfig
@@ -49,7 +55,6 @@ from gpumix.sim import cli as sim_cli
 from gpumix.yamlout import dump_all
 
 EXIT_INFEASIBLE = 1
-EXIT_BAD_INPUT = 2
 
 
 def _crds(args: argparse.Namespace) -> int:
@@ -64,14 +69,6 @@ def _manifests(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
-
-
 def _profile_estimate(args: argparse.Namespace) -> int:
     try:
         model = model_shape(args.model)
@@ -83,9 +80,9 @@ def _profile_estimate(args: argparse.Namespace) -> int:
         estimate_profile(
             gpu,
             model,
-            input_edges=_ints(args.input_edges),
-            output_edges=_ints(args.output_edges),
-            tpots_ms=_floats(args.tpot),
+            input_edges=args.input_edges,
+            output_edges=args.output_edges,
+            tpots_ms=args.tpot,
             gpus=args.gpus_per_replica,
         ).model_dump(by_alias=True, exclude_none=True, mode="json")
         for gpu in gpus
@@ -105,14 +102,20 @@ def _print_plan(args: argparse.Namespace, name: str, plan: Plan, text: str) -> N
 def _plan(args: argparse.Namespace) -> int:
     formulation = Formulation(args.formulation or Formulation.AGGREGATED)
     if args.melange_config:
+        if args.files:
+            print(f"error: --melange-config is the whole input; leave out {args.files[0]} "
+                  "(or drop --melange-config)", file=sys.stderr)  # fmt: skip
+            return EXIT_BAD_INPUT
         try:
             config = MelangeConfig.from_json(json.loads(Path(args.melange_config).read_text()))
             instance = config.instance()
         except (OSError, json.JSONDecodeError) as err:
-            print(f"error: {args.melange_config}: {err}", file=sys.stderr)
+            print(f"error: --melange-config {args.melange_config}: {err}", file=sys.stderr)
             return EXIT_BAD_INPUT
         except ValidationError as err:
-            print(f"error: {args.melange_config}:\n{describe(err)}", file=sys.stderr)
+            print(
+                f"error: --melange-config {args.melange_config}: {describe(err)}", file=sys.stderr
+            )
             return EXIT_BAD_INPUT
         title = f"Mélange config {args.melange_config}"
         return _solve_and_print(
@@ -142,14 +145,18 @@ def _plan(args: argparse.Namespace) -> int:
     worst = 0
     for service in services:
         problem = build_problem(service, pools, profiles)
-        for pool, why in problem.excluded.items():
-            print(f"note: {service.name}: pool {pool} left out: {why}", file=sys.stderr)
         if problem.instance is None:
-            print(f"error: {service.name}: no usable GPU pool", file=sys.stderr)
-            worst = max(worst, EXIT_INFEASIBLE)
+            print(f"error: {problem.unusable(service)}", file=sys.stderr)
+            worst = EXIT_BAD_INPUT
             continue
+        _notes(service, problem)
         worst = max(worst, _promise_and_print(args, service, problem, pools, profiles))
     return worst
+
+
+def _notes(service: LLMService, problem: ServiceProblem) -> None:
+    for pool, why in problem.excluded.items():
+        print(f"note: {service.name}: pool {pool} left out: {why}", file=sys.stderr)
 
 
 def _promise_and_print(
@@ -240,12 +247,11 @@ def _plan_jointly(
     baselines: dict[str, Plan | None] = {}
     for service in services:
         problem = build_problem(service, pools, profiles)
-        for pool, why in problem.excluded.items():
-            print(f"note: {service.name}: pool {pool} left out: {why}", file=sys.stderr)
         if problem.instance is None:
-            print(f"error: {service.name}: no usable GPU pool", file=sys.stderr)
-            worst = EXIT_INFEASIBLE
+            print(f"error: {problem.unusable(service)}", file=sys.stderr)
+            worst = EXIT_BAD_INPUT
             continue
+        _notes(service, problem)
         name = f"{service.metadata.get('namespace', 'default')}/{service.name}"
         demands.append(_demand(name, service, problem))
         titles[name] = _title(service)
@@ -284,7 +290,7 @@ def _plan_jointly(
     else:
         print(joint_table(titles, plan, units))
     if any(a.short for a in plan.services.values()):
-        worst = EXIT_INFEASIBLE
+        worst = max(worst, EXIT_INFEASIBLE)
     return worst
 
 
@@ -311,7 +317,7 @@ def _solve_and_print(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpumix", description=__doc__)
+    parser = Parser(prog="gpumix", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     crds = sub.add_parser("crds", help="write the CustomResourceDefinitions generated from the API")
@@ -344,20 +350,20 @@ def build_parser() -> argparse.ArgumentParser:
         "row, what a router can execute), aggregated (Mélange's optimum, default otherwise), "
         "paper (§5.4.3 verbatim)",
     )
-    plan.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
+    plan.add_argument("--time-limit", type=positive_float, default=30.0, help="seconds per solve")
     plan.add_argument(
         "--objective", choices=["cost", "throughput"], default="cost",
         help="several services are planned jointly: the cheapest plan serving every demand "
         "(cost), or the largest common multiple of every demand within --budget (throughput)",
     )  # fmt: skip
-    plan.add_argument("--budget", type=float, help="cluster-wide cap in $/h (joint plan)")
+    plan.add_argument("--budget", type=positive_float, help="cluster-wide cap in $/h (joint plan)")
     plan.add_argument(
         "--planner", choices=["slo", "melange"], default="slo",
         help="slo: the cheapest plan whose simulated attainment reaches the target (default); "
         "melange: Mélange's ILP alone, its simulated attainment reported",
     )  # fmt: skip
     plan.add_argument(
-        "--attainment-target", type=float,
+        "--attainment-target", type=fraction,
         help="share of requests that must meet the SLO (default: each LLMService's "
         "spec.slo.attainmentTarget, 0.99)",
     )  # fmt: skip
@@ -370,10 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     est.add_argument("--model", required=True, help="e.g. meta-llama/Llama-2-7b-hf")
     est.add_argument("--gpu", required=True, help="comma-separated catalog GPU types")
-    est.add_argument("--tpot", default="40,120", help="TPOT SLOs in ms (default: 40,120)")
-    est.add_argument("--input-edges", required=True, help="e.g. 1,256,512,1024,2048,3072")
-    est.add_argument("--output-edges", required=True, help="e.g. 1,64,128,256,512,1001")
-    est.add_argument("--gpus-per-replica", type=int, choices=[1, 2, 4, 8], default=1)
+    sim_cli.add_grid_args(est)
     est.set_defaults(func=_profile_estimate)
     sim_cli.register_profile(psub)
     sim_cli.register(sub)

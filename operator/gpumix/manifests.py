@@ -24,12 +24,12 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
 
 
 def describe(err: ValidationError) -> str:
-    """One line per problem: `spec.workload.requestRate: Input should be >= 0`."""
+    """Every problem on one line: `spec.workload.requestRate: Input should be >= 0; …`."""
     lines = []
     for e in err.errors():
         loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         lines.append(f"{_field_path(loc) or '(object)'}: {e['msg']}")
-    return "\n".join(lines)
+    return "; ".join(lines)
 
 
 def parse_object(doc: dict[str, Any], where: str) -> Resource:
@@ -42,12 +42,13 @@ def parse_object(doc: dict[str, Any], where: str) -> Resource:
         return KINDS[kind].model_validate(doc)
     except ValidationError as err:
         name = (doc.get("metadata") or {}).get("name", "?")
-        raise ManifestError(f"{where}: {kind} {name!r} is invalid:\n{describe(err)}") from None
+        raise ManifestError(f"{where}: {kind} {name!r} is invalid: {describe(err)}") from None
 
 
 def load_objects(paths: Iterable[Path]) -> list[Resource]:
     """Every gpumix object in the given multi-document YAML files, in file order."""
     objects: list[Resource] = []
+    seen: dict[tuple[str, str, str], str] = {}
     for path in paths:
         try:
             docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
@@ -58,7 +59,16 @@ def load_objects(paths: Iterable[Path]) -> list[Resource]:
                 continue
             if not isinstance(doc, dict):
                 raise ManifestError(f"{path} (document {index + 1}): not a YAML mapping")
-            objects.append(parse_object(doc, f"{path} (document {index + 1})"))
+            where = f"{path} (document {index + 1})"
+            obj = parse_object(doc, where)
+            key = (obj.kind_name, obj.metadata.get("namespace", "default"), obj.name)
+            if key in seen:
+                raise ManifestError(
+                    f"{where}: {key[0]} {key[1]}/{key[2]} is already given in {seen[key]}; "
+                    "give each object once"
+                )
+            seen[key] = where
+            objects.append(obj)
     return objects
 
 

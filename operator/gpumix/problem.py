@@ -52,6 +52,10 @@ class PoolChoice(BaseModel):
     profile: str
 
 
+class NoUsablePoolError(ValueError):
+    """No pool can serve the service: missing profiles or pools, or an SLO no profile meets."""
+
+
 class ServiceProblem(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -60,6 +64,18 @@ class ServiceProblem(BaseModel):
     choices: dict[str, PoolChoice]
     excluded: dict[str, str]
     """Pool name → why this service cannot use it."""
+
+    def unusable(self, service: LLMService) -> str:
+        """One line saying why no pool is usable and what to give (when `instance` is None)."""
+        if not self.excluded:
+            model = service.spec.model.name
+            return (
+                f"{service.name}: no GPUPool and no GPUProfile for model {model!r} in the input; "
+                f"give GPUProfiles (e.g. `gpumix profile estimate --model {model} --gpu a10g "
+                "--input-edges ... --output-edges ...`)"
+            )
+        reasons = "; ".join(f"pool {pool}: {why}" for pool, why in self.excluded.items())
+        return f"{service.name}: no usable GPU pool ({reasons})"
 
 
 def replica_fits(

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from gpumix.api import Forecast, LLMService
 from gpumix.api.workload import Workload
+from gpumix.cliargs import positive_float
 from gpumix.observe import (
     ObservationResult,
     ObservationUnknown,
@@ -198,11 +199,14 @@ def add_observe_arguments(run: argparse.ArgumentParser) -> None:
         "with workload source Prometheus plan with their spec (WorkloadObserved=False)",
     )
     run.add_argument(
-        "--prometheus-timeout", type=float, default=5.0, help="seconds per Prometheus query"
+        "--prometheus-timeout",
+        type=positive_float,
+        default=5.0,
+        help="seconds per Prometheus query",
     )
     run.add_argument(
         "--observe-window",
-        type=float,
+        type=positive_float,
         default=300.0,
         help="seconds of metrics an observation averages over (PromQL rate window)",
     )

@@ -10,6 +10,7 @@ import kopf
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
+from gpumix.cliargs import Parser, positive_float, tcp_port
 from gpumix.install import ROUTER_IMAGE_ENV, default_image
 from gpumix.operator.handlers import register
 from gpumix.operator.kube import KubeWriter
@@ -98,15 +99,17 @@ async def _main(args: argparse.Namespace) -> None:
         task.result()
 
 
-def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(sub: "argparse._SubParsersAction[Parser]") -> None:
     run = sub.add_parser("run", help="run the operator (against a kubeconfig or in-cluster)")
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube)")
     run.add_argument("--context", help="kubeconfig context (default: current)")
-    run.add_argument("--interval", type=float, default=30.0, help="seconds between passes")
-    run.add_argument("--solver-time-limit", type=float, default=30.0, help="seconds per ILP")
+    run.add_argument("--interval", type=positive_float, default=30.0, help="seconds between passes")
+    run.add_argument(
+        "--solver-time-limit", type=positive_float, default=30.0, help="seconds per ILP"
+    )
     run.add_argument(
         "--budget",
-        type=float,
+        type=positive_float,
         default=None,
         help="cluster-wide cap on $/h over every LLMService (the joint plan stays within it)",
     )
@@ -118,8 +121,8 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         f"{default_image()})",
     )
     add_observe_arguments(run)
-    run.add_argument("--metrics-port", type=int, default=8080)
-    run.add_argument("--health-port", type=int, default=8081, help="GET /healthz")
+    run.add_argument("--metrics-port", type=tcp_port, default=8080)
+    run.add_argument("--health-port", type=tcp_port, default=8081, help="GET /healthz")
     run.add_argument("--bind", default="0.0.0.0", help="address of the metrics/health servers")
     run.add_argument("--log-format", choices=["plain", "json"], default="json")
     run.set_defaults(func=run_operator)

@@ -135,7 +135,7 @@ def _invalid_service(
     """InvalidSpec: name the fields, keep whatever runs."""
     meta = body.get("metadata", {})
     previous = _status_of(body) or LLMServiceStatus()
-    message = "invalid spec: " + describe(err).replace("\n", "; ")
+    message = "invalid spec: " + describe(err)
     generation = meta.get("generation")
     conds = previous.conditions
     for type_ in ("Ready", "Planned"):

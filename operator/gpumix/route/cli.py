@@ -9,7 +9,6 @@ import gc
 import json
 import logging
 import signal
-import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -17,6 +16,7 @@ import kopf
 from aiohttp import web
 from pydantic import ValidationError
 
+from gpumix.cliargs import Parser, fail, positive_int, tcp_port
 from gpumix.operator.run import api_client
 from gpumix.route.engines import Engines
 from gpumix.route.proxy import Proxy
@@ -30,19 +30,7 @@ BACKLOG = 2048
 
 
 def _fail(message: str) -> NoReturn:
-    """Bad input: one line naming what to fix, and exit 2 as argparse does."""
-    print(f"gpumix route: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+    fail("gpumix route", message)
 
 
 def _engine(text: str) -> tuple[str, str]:
@@ -61,7 +49,7 @@ def static_engines(pairs: list[tuple[str, str]]) -> Engines:
     return engines
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     route = sub.add_parser(
         "route",
         help="run the router: an OpenAI-compatible proxy that sends each request where the "
@@ -85,10 +73,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="an engine pod of a pool of the routing file (repeat per pod)",
     )
     route.add_argument("--bind", default="0.0.0.0", help="address to listen on")
-    route.add_argument("--port", type=int, default=8000)
+    route.add_argument("--port", type=tcp_port, default=8000)
     route.add_argument(
         "--max-inflight-per-pod",
-        type=_positive,
+        type=positive_int,
         default=256,
         help="requests one pod may hold before its pool answers 429 (default: 256)",
     )

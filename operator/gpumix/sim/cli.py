@@ -10,7 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from gpumix.api import GPUProfile
+from gpumix.cliargs import (
+    EXIT_BAD_INPUT,
+    edges,
+    nonnegative_float,
+    positive_float,
+    positive_floats,
+    positive_int,
+    tcp_port,
+    unit_interval,
+)
 from gpumix.manifests import ManifestError, load_inputs
+from gpumix.problem import NoUsablePoolError
 from gpumix.profiles import gpu_type
 from gpumix.profiles.models import model_shape
 from gpumix.sim.cluster import PodGroup, build_pods
@@ -22,7 +33,6 @@ from gpumix.sim.server import PodServer, RealtimePod
 from gpumix.yamlout import dump_all
 
 EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
 
 
 def _read_plan(path: str, name: str) -> PlanChoice:
@@ -123,6 +133,9 @@ def _simulate(args: argparse.Namespace) -> int:
             engine=_engine_config(args),
             ttft_slo_ms=args.ttft_ms,
         )
+    except NoUsablePoolError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except (ValueError, OSError, KeyError) as err:
         print(f"error: {name}: {err}", file=sys.stderr)
         return EXIT_FAILED
@@ -148,16 +161,22 @@ def register(sub: Any) -> None:
     p.add_argument("files", nargs="+", help="YAML with the LLMService, GPUProfiles, GPUPools")
     p.add_argument("--plan", help="a `gpumix plan --output json` file (default: plan here)")
     p.add_argument("--service", help="the LLMService to simulate (default: the first)")
-    p.add_argument("--tpot-ms", type=float, help="override the service's TPOT SLO")
-    p.add_argument("--ttft-ms", type=float, help="TTFT SLO (default: the service's, else 1000)")
-    p.add_argument("--rate", type=float, help="request rate (default: the service's)")
-    p.add_argument("--requests", type=int, default=2000, help="requests to send (default 2000)")
+    p.add_argument("--tpot-ms", type=positive_float, help="override the service's TPOT SLO")
+    p.add_argument(
+        "--ttft-ms", type=positive_float, help="TTFT SLO (default: the service's, else 1000)"
+    )
+    p.add_argument("--rate", type=positive_float, help="request rate (default: the service's)")
+    p.add_argument(
+        "--requests", type=positive_int, default=2000, help="requests to send (default 2000)"
+    )
     p.add_argument(
         "--arrivals", choices=["poisson", "gamma", "diurnal", "trace"], default="poisson"
     )
-    p.add_argument("--cv", type=float, default=2.0, help="gamma arrivals: inter-arrival CV")
-    p.add_argument("--period", type=float, default=3600.0, help="diurnal period, s")
-    p.add_argument("--amplitude", type=float, default=0.5, help="diurnal amplitude (0-1)")
+    p.add_argument(
+        "--cv", type=positive_float, default=2.0, help="gamma arrivals: inter-arrival CV"
+    )
+    p.add_argument("--period", type=positive_float, default=3600.0, help="diurnal period, s")
+    p.add_argument("--amplitude", type=unit_interval, default=0.5, help="diurnal amplitude (0-1)")
     p.add_argument("--sizes", choices=["histogram", "trace"], default="histogram")
     p.add_argument(
         "--trace",
@@ -165,7 +184,7 @@ def register(sub: Any) -> None:
         help="azure-conv, azure-code, mooncake-conv, mooncake-synthetic or a file "
         "(short names: the public traces shipped with gpumix, or $GPUMIX_DATA_DIR/traces)",
     )
-    p.add_argument("--rate-scale", type=float, default=1.0, help="trace replay speed-up")
+    p.add_argument("--rate-scale", type=positive_float, default=1.0, help="trace replay speed-up")
     p.add_argument(
         "--router",
         choices=["melange", "melange-oracle", "round-robin", "least-loaded"],
@@ -175,14 +194,6 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", choices=["table", "json"], default="table")
     p.set_defaults(func=_simulate)
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
 
 
 def _emit(profiles: list[GPUProfile], header: str) -> None:
@@ -200,7 +211,7 @@ def _profile_sim(args: argparse.Namespace) -> int:
     except KeyError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    ins, outs, slos = _ints(args.input_edges), _ints(args.output_edges), _floats(args.tpot)
+    ins, outs, slos = args.input_edges, args.output_edges, args.tpot
     profiles = []
     for gpu in gpus:
         target = SimTarget(gpu, model, args.gpus_per_replica, _engine_config(args), args.requests)
@@ -230,7 +241,7 @@ def _profile_sim(args: argparse.Namespace) -> int:
 
 
 def _profile_endpoint(args: argparse.Namespace) -> int:
-    ins, outs, slos = _ints(args.input_edges), _ints(args.output_edges), _floats(args.tpot)
+    ins, outs, slos = args.input_edges, args.output_edges, args.tpot
     target = EndpointTarget(args.url, args.model, args.requests, args.timeout)
     try:
         samples = profile_grid(
@@ -259,12 +270,20 @@ def _profile_endpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_grid_args(p: argparse.ArgumentParser) -> None:
+    """The profile grid every `gpumix profile` subcommand takes: SLOs, bucket edges, GPUs."""
+    p.add_argument(
+        "--tpot", type=positive_floats, default=[40.0, 120.0],
+        help="TPOT SLOs in ms (default: 40,120)",
+    )  # fmt: skip
+    p.add_argument("--input-edges", type=edges, required=True, help="e.g. 1,256,512,1024,2048,3072")
+    p.add_argument("--output-edges", type=edges, required=True, help="e.g. 1,64,128,256,512,1001")
+    p.add_argument("--gpus-per-replica", type=int, choices=[1, 2, 4, 8], default=1)
+
+
 def _common_profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="e.g. meta-llama/Llama-2-7b-hf")
-    p.add_argument("--tpot", default="40,120", help="TPOT SLOs in ms (default: 40,120)")
-    p.add_argument("--input-edges", required=True, help="e.g. 1,256,512,1024,2048,3072")
-    p.add_argument("--output-edges", required=True, help="e.g. 1,64,128,256,512,1001")
-    p.add_argument("--gpus-per-replica", type=int, choices=[1, 2, 4, 8], default=1)
+    add_grid_args(p)
     p.add_argument(
         "--form",
         choices=["samples", "tables"],
@@ -281,7 +300,9 @@ def register_profile(psub: Any) -> None:
     )
     _common_profile_args(sim)
     sim.add_argument("--gpu", required=True, help="comma-separated catalog GPU types")
-    sim.add_argument("--requests", type=int, default=200, help="requests per rate (minimum)")
+    sim.add_argument(
+        "--requests", type=positive_int, default=200, help="requests per rate (minimum)"
+    )
     sim.add_argument("--chunked-prefill", action="store_true")
     sim.set_defaults(func=_profile_sim)
     ep = psub.add_parser(
@@ -290,10 +311,10 @@ def register_profile(psub: Any) -> None:
     _common_profile_args(ep)
     ep.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
     ep.add_argument("--gpu-type", required=True, help="the GPU type the server runs on")
-    ep.add_argument("--requests", type=int, default=40, help="requests per rate")
-    ep.add_argument("--start-rate", type=float, default=0.5, help="first rate, req/s")
-    ep.add_argument("--max-points", type=int, default=8, help="rates per bucket at most")
-    ep.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
+    ep.add_argument("--requests", type=positive_int, default=40, help="requests per rate")
+    ep.add_argument("--start-rate", type=positive_float, default=0.5, help="first rate, req/s")
+    ep.add_argument("--max-points", type=positive_int, default=8, help="rates per bucket at most")
+    ep.add_argument("--timeout", type=positive_float, default=120.0, help="seconds per request")
     ep.set_defaults(func=_profile_endpoint)
 
 
@@ -341,8 +362,12 @@ def register_sim(sub: Any) -> None:
     serve.add_argument("--model", required=True, help="e.g. meta-llama/Llama-2-7b-hf")
     serve.add_argument("--served-name", help="model name in the API and metrics labels")
     serve.add_argument("--pods", required=True, help="GPU types and counts, e.g. a10g=2,l4=1")
-    serve.add_argument("--base-port", type=int, default=0, help="first port (default: any free)")
-    serve.add_argument("--speed", type=float, default=1.0, help="simulated s per wall s")
-    serve.add_argument("--duration", type=float, default=0.0, help="stop after s (0: never)")
+    serve.add_argument(
+        "--base-port", type=tcp_port, default=0, help="first port (default: any free)"
+    )
+    serve.add_argument("--speed", type=positive_float, default=1.0, help="simulated s per wall s")
+    serve.add_argument(
+        "--duration", type=nonnegative_float, default=0.0, help="stop after s (0: never)"
+    )
     serve.add_argument("--chunked-prefill", action="store_true")
     serve.set_defaults(func=_serve)

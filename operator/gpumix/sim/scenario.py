@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpumix.api import GPUPool, GPUProfile, LLMService
 from gpumix.plan import solve
-from gpumix.problem import build_problem, pool_price
+from gpumix.problem import NoUsablePoolError, build_problem, pool_price
 from gpumix.profiles.models import model_shape
 from gpumix.route import RoutingTable, histogram_prior
 from gpumix.sim import traffic
@@ -110,7 +110,7 @@ def simulate_service(
     problem = build_problem(service, pools, profiles)
     if plan is None:
         if problem.instance is None:
-            raise ValueError(f"{service.name}: no usable GPU pool: {problem.excluded}")
+            raise NoUsablePoolError(problem.unusable(service))
         alloc = solve(problem.instance, solver=solver)
         if alloc is None:
             raise ValueError(f"{service.name}: no feasible allocation")

@@ -1,0 +1,114 @@
+"""Command-line values checked where they are parsed, so bad input is one line and exit 2.
+
+argparse names the flag in front of each message (``argument --rate: must be > 0, got -5``);
+`Parser` prints that line alone, without the usage block, because users read the first line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+from typing import NoReturn
+
+EXIT_BAD_INPUT = 2
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line: ``gpumix plan: error: argument …``."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def fail(prog: str, message: str) -> NoReturn:
+    """Bad input found after parsing: the same one line and exit code as a bad flag."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _number(text: str, kind: type[int] | type[float]) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    value = _number(text, float)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A share in (0, 1]: an attainment target."""
+    value = _number(text, float)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def unit_interval(text: str) -> float:
+    """A value in [0, 1]: an amplitude."""
+    value = _number(text, float)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def tcp_port(text: str) -> int:
+    """A TCP port; 0 lets the system choose."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port in 0-65535, got {value}")
+    return value
+
+
+def edges(text: str) -> list[int]:
+    """Bucket edges: at least two positive integers, strictly increasing (``1,256,512``)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not comma-separated integers") from None
+    if len(values) < 2:
+        raise argparse.ArgumentTypeError(f"needs at least two edges, got {text!r}")
+    if values[0] < 1:
+        raise argparse.ArgumentTypeError(f"edges start at 1 or more, got {values[0]}")
+    if any(b <= a for a, b in itertools.pairwise(values)):
+        raise argparse.ArgumentTypeError(f"edges must increase strictly, got {text!r}")
+    return values
+
+
+def positive_floats(text: str) -> list[float]:
+    """One or more values > 0, comma-separated (``40,120``)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("needs at least one value")
+    return [positive_float(p) for p in parts]
