@@ -1,0 +1,88 @@
+"""Machine-readable output is pure: the installed console script's whole stdout parses.
+
+HiGHS and CBC write banners at the file-descriptor level, which in-process capture misses, so
+these run `gpumix` as a subprocess, as `gpumix plan --output json | jq` does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import EXAMPLES
+
+GPUMIX = str(Path(sys.executable).parent / "gpumix")
+EXAMPLE = [str(EXAMPLES / "chat.yaml"), str(EXAMPLES / "profiles-llama-2-7b.yaml")]
+
+
+def _json_lines(*argv: str, codes: tuple[int, ...] = (0,)) -> list[dict[str, Any]]:
+    done = subprocess.run([GPUMIX, *argv], check=False, capture_output=True, text=True, timeout=600)
+    assert done.returncode in codes, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines, done.stderr
+    return [json.loads(line) for line in lines]  # every line, not the last one only
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["--solver", "cbc"],
+        ["--planner", "melange"],
+        ["--planner", "melange", "--formulation", "paper", "--solver", "cbc"],
+    ],
+    ids=["slo-highs", "slo-cbc", "melange-highs", "melange-paper-cbc"],
+)
+def test_plan_json_is_one_object_per_service(extra: list[str]) -> None:
+    [plan] = _json_lines("plan", *EXAMPLE, "--output", "json", *extra, codes=(0, 1))
+    assert plan["name"] == "default/chat"
+    assert sum(plan["allocation"].values()) >= 1
+
+
+def test_joint_plan_json_has_every_service(tmp_path: Path) -> None:
+    chat = yaml.safe_load((EXAMPLES / "chat.yaml").read_text())
+    chat["metadata"]["name"] = "chat-b"
+    other = tmp_path / "b.yaml"
+    other.write_text(yaml.safe_dump(chat))
+    plans = _json_lines("plan", *EXAMPLE, str(other), "--output", "json", codes=(0, 1))
+    assert {p["name"] for p in plans} == {"default/chat", "default/chat-b"}
+
+
+def test_melange_config_json(tmp_path: Path) -> None:
+    config = {
+        "gpu_info": {"A10G": {"cost": 1.01, "tputs": [[5, 1], [10, 5]]},
+                     "A100": {"cost": 3.67, "tputs": [[20, 2], [50, 20]]}},
+        "workload_distribution": [[0.25, 0.5], [0.25, 0.25]],
+        "total_request_rate": 16,
+        "slice_factor": 1,
+    }  # fmt: skip
+    path = tmp_path / "melange.json"
+    path.write_text(json.dumps(config))
+    [plan] = _json_lines("plan", "--melange-config", str(path), "--output", "json")
+    assert plan["status"] == "optimal"
+
+
+def test_simulate_json() -> None:
+    [report] = _json_lines("simulate", *EXAMPLE, "--output", "json", "--requests", "200")
+    assert report["requests"] == 200
+    assert 0 <= report["attainment_tpot"] <= 1
+
+
+def test_profile_estimate_is_yaml_gpumix_reads_back(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [GPUMIX, "profile", "estimate", "--model", "meta-llama/Llama-2-7b-hf", "--gpu",
+         "a10g,l4", "--input-edges", "1,512,2048", "--output-edges", "1,128,512"],
+        check=True, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    docs = list(yaml.safe_load_all(done.stdout))
+    assert [d["spec"]["gpuType"] for d in docs] == ["a10g", "l4"]
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(done.stdout)
+    [plan] = _json_lines("plan", EXAMPLE[0], str(profiles), "--output", "json", codes=(0, 1))
+    assert plan["name"] == "default/chat" and plan["status"]
