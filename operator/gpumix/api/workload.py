@@ -14,7 +14,16 @@ class Workload(BucketGrid):
     numbers — never with zero."""
 
     model_config = ConfigDict(
-        json_schema_extra={"x-kubernetes-validations": matrix_shape_cel("histogram")}
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                *matrix_shape_cel("histogram"),
+                {
+                    "rule": "self.histogram.exists(row, row.exists(v, v > 0.0))",
+                    "message": "histogram: at least one bucket must have a positive share",
+                    "fieldPath": ".histogram",
+                },
+            ]
+        }
     )
 
     source: Literal["Static", "Prometheus"] = "Static"
