@@ -40,7 +40,6 @@ from gpumix.plan.joint import (
 )
 from gpumix.problem import ServiceProblem, build_problem
 from gpumix.profiles import UnknownGPUTypeError, gpu_type
-from gpumix.profiles.models import model_shape
 from gpumix.profiles.roofline import estimate_profile
 from gpumix.report import (
     joint_json,
@@ -71,9 +70,9 @@ def _manifests(args: argparse.Namespace) -> int:
 
 def _profile_estimate(args: argparse.Namespace) -> int:
     try:
-        model = model_shape(args.model)
+        model = sim_cli.model_of(args)
         gpus = [gpu_type(name) for name in args.gpu.split(",")]
-    except (KeyError, UnknownGPUTypeError) as err:
+    except (KeyError, ValueError, UnknownGPUTypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     docs = [
@@ -374,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     est = psub.add_parser(
         "estimate", help="GPUProfile YAML from the roofline model (no hardware needed)"
     )
-    est.add_argument("--model", required=True, help="e.g. meta-llama/Llama-2-7b-hf")
+    sim_cli.add_model_args(est)
     est.add_argument("--gpu", required=True, help="comma-separated catalog GPU types")
     sim_cli.add_grid_args(est)
     est.set_defaults(func=_profile_estimate)

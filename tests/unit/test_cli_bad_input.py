@@ -51,6 +51,8 @@ CASES: list[tuple[list[str], str]] = [
     ([*EST, *GRID, "--gpus-per-replica", "3"], "--gpus-per-replica"),
     (["profile", "estimate", "--model", "nope/nope", "--gpu", "a10g", *GRID], "nope/nope"),
     (["profile", "estimate", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "z9", *GRID], "z9"),
+    ([*EST, *GRID, "--model-config", str(REPO / "no-config.json")], "no-config.json"),
+    ([*EST, *GRID, "--model-config", CHAT], "chat.yaml"),
     (["simulate", CHAT, PROFILES, "--rate", "-5"], "--rate"),
     (["simulate", CHAT, PROFILES, "--requests", "0"], "--requests"),
     (["simulate", CHAT, PROFILES, "--cv", "0"], "--cv"),

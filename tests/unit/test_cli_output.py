@@ -74,6 +74,27 @@ def test_simulate_json() -> None:
     assert 0 <= report["attainment_tpot"] <= 1
 
 
+def test_a_current_model_and_its_config_json_give_the_same_profile(tmp_path: Path) -> None:
+    grid = ["--gpu", "h100", "--input-edges", "1,512,2048", "--output-edges", "1,128,512"]
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288,
+        "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    }))  # fmt: skip
+    by_name, by_config = (
+        subprocess.run(
+            [GPUMIX, "profile", "estimate", "--model", "Qwen/Qwen3-8B", *grid, *extra],
+            check=True, capture_output=True, text=True, timeout=300,
+        ).stdout
+        for extra in ([], ["--model-config", str(config)])
+    )  # fmt: skip
+    [doc] = yaml.safe_load_all(by_name)
+    assert doc["spec"]["model"] == "Qwen/Qwen3-8B"
+    assert by_config == by_name
+
+
 def test_profile_estimate_is_yaml_gpumix_reads_back(tmp_path: Path) -> None:
     done = subprocess.run(
         [GPUMIX, "profile", "estimate", "--model", "meta-llama/Llama-2-7b-hf", "--gpu",

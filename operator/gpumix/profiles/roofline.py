@@ -6,7 +6,9 @@ chunked prefill, a request's latency with B requests running is L = O·d(B) + B�
 steps plus the prefills of the requests that arrive meanwhile), so TPOT = L/O and, by Little's law,
 the rate is B/L. MaxTput(SLO) (Mélange §5.3) is the best rate over batch sizes whose TPOT meets the
 SLO and whose KV cache fits. The efficiencies are calibrated per GPU type against measured step
-times (`gpumix.profiles.calibration`); types without measurements use round defaults.
+times (`gpumix.profiles.calibration`); types without measurements use round defaults. For
+mixture-of-experts and sliding-window models, what a step reads and computes comes from
+`gpumix.profiles.shape.ModelShape` (the experts its tokens are routed to, windowed layers).
 """
 
 import itertools
@@ -68,17 +70,21 @@ class Roofline:
         """Tokens of KV cache that fit beside the weights (≤ 0: the model does not fit at all)."""
         usable = self.gpu.memory_gib * GIB * self.gpus * self.p.gpu_memory_utilization
         free = usable - self.model.weight_bytes - self.p.activation_reserve_gib * GIB * self.gpus
+        free -= self.p.max_num_seqs * self.model.kv_window_bytes  # sliding layers' windows
         return int(free // self.model.kv_bytes_per_token)
 
     def decode_step_s(self, batch: int, mean_context: float) -> float:
-        read = self.model.weight_bytes + batch * mean_context * self.model.kv_bytes_per_token
-        compute = 2 * self.model.params_b * 1e9 * batch
+        m = self.model
+        read = m.weight_read_bytes(batch) + batch * mean_context * m.kv_bytes_per_token
+        read += batch * m.kv_window_bytes
+        compute = 2 * m.flop_params_b * 1e9 * batch
         return self.p.step_overhead_ms / 1e3 + max(read / self._bw, compute / self._flops)
 
     def prefill_s(self, tokens: float) -> float:
         m = self.model
-        compute = 2 * m.params_b * 1e9 * tokens + 4 * m.layers * tokens**2 * m.hidden
-        return self.p.step_overhead_ms / 1e3 + max(compute / self._flops, m.weight_bytes / self._bw)
+        compute = 2 * m.flop_params_b * 1e9 * tokens + m.attention_flops(tokens**2, tokens)
+        read = m.weight_read_bytes(tokens)
+        return self.p.step_overhead_ms / 1e3 + max(compute / self._flops, read / self._bw)
 
     def step_s(
         self,
@@ -95,10 +101,11 @@ class Roofline:
         with one whole prompt it is `prefill_s`.
         """
         m = self.model
-        read = m.weight_bytes + decode_context * m.kv_bytes_per_token
-        compute = (
-            2 * m.params_b * 1e9 * (decode_batch + prefill_tokens)
-            + 4 * m.layers * prefill_attention * m.hidden
+        tokens = decode_batch + prefill_tokens
+        read = m.weight_read_bytes(tokens) + decode_context * m.kv_bytes_per_token
+        read += decode_batch * m.kv_window_bytes
+        compute = 2 * m.flop_params_b * 1e9 * tokens + m.attention_flops(
+            prefill_attention, prefill_tokens
         )
         return self.p.step_overhead_ms / 1e3 + max(read / self._bw, compute / self._flops)
 

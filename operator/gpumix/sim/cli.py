@@ -23,7 +23,8 @@ from gpumix.cliargs import (
 from gpumix.manifests import ManifestError, load_inputs
 from gpumix.problem import NoUsablePoolError
 from gpumix.profiles import gpu_type
-from gpumix.profiles.models import model_shape
+from gpumix.profiles.hfconfig import model_shape_from_config
+from gpumix.profiles.models import ModelShape, model_shape
 from gpumix.sim.cluster import PodGroup, build_pods
 from gpumix.sim.engine import EngineConfig
 from gpumix.sim.profiler import EndpointTarget, SimTarget, make_profile, profile_grid
@@ -204,11 +205,28 @@ def _emit(profiles: list[GPUProfile], header: str) -> None:
     )
 
 
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """`--model`, and `--model-config` for a model gpumix has no shape of."""
+    p.add_argument("--model", required=True, help="e.g. meta-llama/Llama-2-7b-hf")
+    p.add_argument(
+        "--model-config",
+        metavar="FILE",
+        help="the model's Hugging Face config.json (for models gpumix does not know by name)",
+    )
+
+
+def model_of(args: argparse.Namespace) -> ModelShape:
+    """The shape `add_model_args` asked for (KeyError/ValueError name what is wrong)."""
+    if args.model_config:
+        return model_shape_from_config(args.model_config, args.model)
+    return model_shape(args.model)
+
+
 def _profile_sim(args: argparse.Namespace) -> int:
     try:
-        model = model_shape(args.model)
+        model = model_of(args)
         gpus = [gpu_type(g).name for g in args.gpu.split(",")]
-    except KeyError as err:
+    except (KeyError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     ins, outs, slos = args.input_edges, args.output_edges, args.tpot
@@ -282,7 +300,6 @@ def add_grid_args(p: argparse.ArgumentParser) -> None:
 
 
 def _common_profile_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="e.g. meta-llama/Llama-2-7b-hf")
     add_grid_args(p)
     p.add_argument(
         "--form",
@@ -298,6 +315,7 @@ def register_profile(psub: Any) -> None:
     sim = psub.add_parser(
         "sim", help="GPUProfile YAML by profiling simulated pods (Mélange §5.3, no hardware)"
     )
+    add_model_args(sim)
     _common_profile_args(sim)
     sim.add_argument("--gpu", required=True, help="comma-separated catalog GPU types")
     sim.add_argument(
@@ -308,6 +326,7 @@ def register_profile(psub: Any) -> None:
     ep = psub.add_parser(
         "endpoint", help="GPUProfile YAML by profiling an OpenAI-compatible server (§5.3)"
     )
+    ep.add_argument("--model", required=True, help="the model the server serves")
     _common_profile_args(ep)
     ep.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
     ep.add_argument("--gpu-type", required=True, help="the GPU type the server runs on")
@@ -320,7 +339,7 @@ def register_profile(psub: Any) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     try:
-        model = model_shape(args.model)
+        model = model_of(args)
         groups = []
         for item in args.pods.split(","):
             gpu, _, count = item.partition("=")
@@ -359,7 +378,7 @@ def register_sim(sub: Any) -> None:
         help="run simulated pods in real time, each with /metrics, /v1/completions, /health "
         "and the engine admin API on 127.0.0.1 (see gpumix/sim/SERVER.md)",
     )
-    serve.add_argument("--model", required=True, help="e.g. meta-llama/Llama-2-7b-hf")
+    add_model_args(serve)
     serve.add_argument("--served-name", help="model name in the API and metrics labels")
     serve.add_argument("--pods", required=True, help="GPU types and counts, e.g. a10g=2,l4=1")
     serve.add_argument(
