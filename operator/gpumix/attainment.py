@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -244,6 +244,37 @@ def _step(met: float) -> float:
     return 0.9
 
 
+def stalled(predicted: PredictedAttainment) -> bool:
+    """Whether the misses left are (within ``STALL_GAIN``) only requests that miss even alone
+    or are dropped: derating, which only adds capacity, cannot bring them back."""
+    return 1 - predicted.alone - predicted.met < STALL_GAIN
+
+
+def derate_step(
+    factors: dict[str, float],
+    predicted: PredictedAttainment,
+    counts: Mapping[str, int],
+    load: Mapping[str, float],
+    target: float,
+) -> dict[str, float]:
+    """``factors`` after one derating round of a plan (``counts`` replicas and ``load``, in
+    replicas, per option, as solved with ``factors``) predicted to miss ``target``: each
+    option whose pool misses it (every planned one when none does, e.g. the misses are dropped
+    requests) shrinks by :func:`_step`, and at least so far that its planned load no longer fits
+    its replicas; options absent from ``factors`` start at 1."""
+    out = dict(factors)
+    short = [p for p, a in predicted.pools.items() if a.met < target]
+    for pool in short or [p for p, c in counts.items() if c > 0]:
+        met = predicted.pools[pool].met if pool in predicted.pools else 0.0
+        # A step the optimum absorbs (a pool planned below its replicas keeps them) would
+        # change nothing: go at least as far as its load no longer fitting them. A pool that
+        # carries no load (replicas kept for a floor) just takes the step.
+        used = load.get(pool, 0.0)
+        fits = used / counts[pool] * 0.999 if counts.get(pool) and used > 0 else 1.0
+        out[pool] = out.get(pool, 1.0) * min(_step(met), fits)
+    return out
+
+
 def plan_to_target(
     service: LLMService,
     pools: list[GPUPool],
@@ -304,17 +335,12 @@ def plan_to_target(
         if plan.reached:
             return _refine(plan, failed, attempt, max_rounds + REFINE_ROUNDS - rounds)
         missed.append(plan)
-        if 1 - plan.predicted.alone - plan.predicted.met < STALL_GAIN:
+        if stalled(plan.predicted):
             break  # what is left misses even alone: capacity cannot bring it back
         failed = dict(factors)
-        alloc = plan.allocation
-        short = [p for p, a in plan.predicted.pools.items() if a.met < target]
-        for pool in short or [p for p, c in alloc.counts.items() if c > 0]:
-            met = plan.predicted.pools[pool].met if pool in plan.predicted.pools else 0.0
-            # A step the optimum absorbs (a pool planned below its replicas keeps them) would
-            # change nothing: go at least as far as its load no longer fitting them.
-            fits = alloc.load[pool] / alloc.counts[pool] * 0.999 if alloc.counts[pool] else 1.0
-            factors[pool] *= min(_step(met), fits)
+        factors = derate_step(
+            factors, plan.predicted, plan.allocation.counts, plan.allocation.load, target
+        )
     if not missed:
         return None
     best = max(p.predicted.met for p in missed)

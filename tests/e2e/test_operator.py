@@ -41,7 +41,7 @@ def test_service_gets_planned_deployments_running_on_their_pools(env: Env) -> No
         assert env.replicas(name) == planned
         status = env.get(name)["status"]
         assert status["costPerHour"] > 0
-        assert status["savingsPercent"] > 0
+        assert status["savingsPercent"] >= 0  # never dearer than a single type at the same capacity
         assert {b["gpuType"] for b in status["baselines"]} == {"l4", "a10g", "a100-80gb", "h100"}
         assert status["observedGeneration"] == env.get(name)["metadata"]["generation"]
         assert status["replicasSummary"] == ",".join(f"{p}={n}" for p, n in sorted(planned.items()))

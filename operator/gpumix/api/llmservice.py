@@ -439,6 +439,36 @@ class BatchStatus(ApiModel):
     )
 
 
+class OptionDerating(ApiModel):
+    option: str = Field(description="The pool (plus -tp<k>) whose MaxTput is derated.")
+    factor: float = Field(gt=0, le=1, description="Factor on its profiled MaxTput.")
+
+
+class DeratingStatus(ApiModel):
+    """The operator's attainment loop: where a plan is predicted to miss slo.attainmentTarget,
+    the options whose pools miss it are planned at less than their profiled MaxTput and the
+    joint plan solved again; later passes start from these factors."""
+
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation these factors were found for."
+    )
+    options: list[OptionDerating] = Field(
+        default_factory=list,
+        description="Derated options; the others are planned at their MaxTput.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["option"],
+        },
+    )
+    rounds: int = Field(
+        default=0, ge=0, description="Derating rounds that led to these factors at that generation."
+    )
+
+    def factors(self) -> dict[str, float]:
+        """Option → factor (absent: 1)."""
+        return {o.option: o.factor for o in self.options}
+
+
 class LLMServiceStatus(ApiModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(
@@ -471,6 +501,11 @@ class LLMServiceStatus(ApiModel):
     )
     pool_shares: list[PoolShare] = Field(
         default_factory=list, description="GPUs this service holds in each pool."
+    )
+    derating: DeratingStatus | None = Field(
+        default=None,
+        description="MaxTput derating the planner applies to bring predictedAttainment up to "
+        "slo.attainmentTarget (unset: none); reset when the spec's generation changes.",
     )
     kv_scheduler: KvSchedulerStatus | None = None
     forecast: ForecastStatus | None = None

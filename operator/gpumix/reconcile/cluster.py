@@ -7,9 +7,19 @@ per-service and cluster budgets; when not everything fits, interactive services 
 first, then batch, then by weight, and each service reports its unserved fraction and why.
 Services whose spec is invalid, that no pool can serve, or that have a bucket no option meets the
 SLO for keep what runs (and its GPUs); a solver failure keeps every service's last plan.
+
+The joint ILP loads each option up to its MaxTput, where the *mean* TPOT equals the SLO (Mélange
+§5.3), so a plan can be predicted to miss slo.attainmentTarget by far. The pass therefore closes
+the loop `gpumix plan --planner slo` closes offline (:func:`gpumix.attainment.plan_to_target`):
+simulate each service's plan, derate the MaxTput of the options whose pools miss the target
+(:func:`gpumix.attainment.derate_step`) and solve the joint ILP again, for at most
+``DERATING_ROUNDS`` rounds (:func:`_plan_to_targets`), never at the cost of another service's
+traffic. Each service's factors are kept in status.derating and the next pass starts from them
+(``MAX_ROUNDS`` at most, as offline), until its spec's generation changes.
 """
 
 import functools
+import logging
 import re
 from typing import Any
 
@@ -23,6 +33,15 @@ from gpumix.api import (
     GPUProfile,
     LLMService,
     LLMServiceStatus,
+)
+from gpumix.api.llmservice import DeratingStatus, OptionDerating
+from gpumix.attainment import (
+    MAX_ROUNDS,
+    STALL_GAIN,
+    PredictedAttainment,
+    derate_step,
+    derated,
+    stalled,
 )
 from gpumix.manifests import describe
 from gpumix.observe import ObservedWorkload, WorkloadDecision
@@ -59,6 +78,8 @@ from gpumix.reconcile.service import (
     ServiceDecision,
     _keep,
     decide_planned,
+    predict_served,
+    served_allocation,
 )
 from gpumix.reconcile.workload import (
     ServiceObservation,
@@ -71,6 +92,14 @@ from gpumix.render import deployment_name
 
 GAP_REL = 0.01
 """Relative MIP gap of the operator's joint solve (the plan's gap is in the solve result)."""
+DERATING_ROUNDS = 3
+"""Joint re-solves a pass spends on services predicted below their target, each one ILP solve
+plus one simulation per service (0.2-0.8 s each; cached by what they read). Few, because passes
+run on every pod event and a target more rounds would reach is reached over the next passes
+(they start from the factors kept in status); an unchanged cluster replays cached solves and
+predictions."""
+
+log = logging.getLogger("gpumix.planner")
 
 ObjectKey = tuple[str, str]
 """(namespace, name); namespace is "" for cluster-scoped objects."""
@@ -233,9 +262,8 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
             if held_in in available:
                 available[held_in] = max(0, available[held_in] - gpus)
     if plannable:
-        instance, rates = _joint_instance(plannable, available, snap.budget_per_hour)
         try:
-            plan = _solve(instance.model_dump_json(), snap.time_limit_s)
+            joint = _plan_to_targets(plannable, available, snap, pools, profiles)
         except (SolverError, InvalidAllocationError) as err:
             for c in plannable:
                 decisions[c.key] = _keep(
@@ -244,7 +272,7 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
                     generation=c.generation, now=snap.now,
                 )  # fmt: skip
         else:
-            assert plan is not None  # partial service is on: never infeasible
+            plan, rates = joint.plan, joint.rates
             by_name = {p.name: p.spec for p in profiles}
             for c in plannable:
                 name = _demand_name(c.key)
@@ -256,8 +284,9 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
                     c.service, generation=c.generation, problem=c.problem,
                     allocation=plan.services[name], planned_rate=rates[name],
                     running=c.running, previous=c.previous, conflicts=c.conflicts,
-                    pool_gpus=dict(available), solve=plan.result, pools=pools,
-                    profiles=profiles, now=snap.now, time_limit_s=snap.time_limit_s, pacing=pacing,
+                    pool_gpus=dict(available), solve=plan.result,
+                    predicted=joint.predicted[c.key], derating=joint.derating[c.key],
+                    now=snap.now, time_limit_s=snap.time_limit_s, pacing=pacing,
                 )  # fmt: skip
                 target = sd.target or {}
                 calibration = calibrate(
@@ -325,15 +354,207 @@ def _unplannable(problem: ServiceProblem, excluded: str) -> tuple[str, str] | No
     return None
 
 
+Prediction = PredictedAttainment | str | None
+"""A plan's predicted attainment; why it failed; ``None`` without traffic."""
+
+
+class _Round(BaseModel):
+    """One joint solve of the attainment loop and what it predicts for each service."""
+
+    model_config = ConfigDict(frozen=True)
+
+    factors: dict[ObjectKey, dict[str, float]]
+    steps: dict[ObjectKey, int]
+    """Per service, the derating rounds its factors went through (since its generation)."""
+    plan: JointAllocation
+    predicted: dict[ObjectKey, Prediction]
+
+
+class _Targeted(BaseModel):
+    """The joint plan to apply, with each service's prediction and derating."""
+
+    model_config = ConfigDict(frozen=True)
+
+    plan: JointAllocation
+    rates: dict[str, float]
+    predicted: dict[ObjectKey, Prediction]
+    derating: dict[ObjectKey, DeratingStatus | None]
+
+
+def _plan_to_targets(
+    candidates: list["_Candidate"],
+    available: dict[str, int],
+    snap: Snapshot,
+    pools: list[GPUPool],
+    profiles: list[GPUProfile],
+) -> _Targeted:
+    """Solve the joint ILP from each service's kept derating, then close the loop
+    :func:`gpumix.attainment.plan_to_target` closes offline, in at most ``DERATING_ROUNDS``
+    more solves: while services are predicted below their target with misses capacity could
+    recover, derate them (:func:`_derate`) and solve again. plan_to_target's refinement (giving
+    back derating a step overdid) is left out: on the sample at 1.5-12 req/s it lowered no
+    plan's cost, and each of its solves would repeat on every pass. Each service keeps the
+    factors of its best round (:func:`_best_round`) and the plan applied is the joint solve
+    with those: with one service, that round's plan (cached); with several whose best rounds
+    differ, one more solve. A first solve that fails raises, as before the loop; a later round
+    that fails, leaves any service with more traffic unserved than the first, or raises
+    anything else ends the loop with the rounds so far: derating may only improve on the first
+    plan."""
+    start = {c.key: _kept_derating(c) for c in candidates}
+    _, rates = _joint_instance(candidates, available, snap.budget_per_hour, {})
+
+    def solved(factors: dict[ObjectKey, dict[str, float]], steps: dict[ObjectKey, int]) -> _Round:
+        instance, _ = _joint_instance(candidates, available, snap.budget_per_hour, factors)
+        plan = _solve(instance.model_dump_json(), snap.time_limit_s)
+        assert plan is not None  # partial service is on: never infeasible
+        predicted = {
+            c.key: predict_served(
+                c.service, pools, profiles,
+                served_allocation(c.problem, plan.services[_demand_name(c.key)],
+                                  running=c.running, conflicts=c.conflicts, solve=plan.result),
+            )
+            for c in candidates
+        }  # fmt: skip
+        return _Round(factors=factors, steps=steps, plan=plan, predicted=predicted)
+
+    rounds = [solved({k: f for k, (f, _) in start.items()}, {k: n for k, (_, n) in start.items()})]
+    for _ in range(DERATING_ROUNDS):
+        step = _derate(candidates, rounds[-1])
+        if step is None:
+            break
+        try:
+            trial = solved(*step)
+        except Exception:  # the plans so far stand
+            log.warning("derating round %d failed; keeping the plans so far", len(rounds),
+                        exc_info=True)  # fmt: skip
+            break
+        if not _serves_as_much(trial, rounds[0]):
+            break  # capacity ran out: derating further only leaves traffic unserved
+        rounds.append(trial)
+    best = {c.key: rounds[_best_round(c, rounds)] for c in candidates}
+    factors = {k: r.factors[k] for k, r in best.items()}
+    final = next((r for r in rounds if r.factors == factors), None)
+    if final is None:  # services' best rounds differ: solve their combination once
+        try:
+            final = solved(factors, {k: r.steps[k] for k, r in best.items()})
+        except Exception:
+            log.warning("combining derating rounds failed", exc_info=True)
+        if final is None or not _serves_as_much(final, rounds[0]):
+            final = max(rounds, key=lambda r: _reached_count(candidates, r))
+    if len(rounds) > 1:
+        log.info("attainment loop: %d derating rounds; derating kept: %s", len(rounds) - 1,
+                 {_demand_name(k): f for k, f in final.factors.items() if f})  # fmt: skip
+    return _Targeted(
+        plan=final.plan,
+        rates=rates,
+        predicted=final.predicted,
+        derating={c.key: _derating_status(c, final) for c in candidates},
+    )
+
+
+def _target(c: "_Candidate") -> float:
+    return c.service.spec.slo.attainment_target
+
+
+def _met(c: "_Candidate", r: _Round) -> float | None:
+    """This service's predicted attainment in round ``r`` (``None``: not predicted)."""
+    predicted = r.predicted[c.key]
+    return predicted.met if isinstance(predicted, PredictedAttainment) else None
+
+
+def _kept_derating(c: "_Candidate") -> tuple[dict[str, float], int]:
+    """The factors (and rounds) status keeps for this service, when found for its current
+    spec generation and for options it still has; otherwise none: a new spec (other SLO,
+    model, pools) starts over."""
+    kept = c.previous.derating if c.previous is not None else None
+    if kept is None or kept.observed_generation != c.generation:
+        return {}, 0
+    return {o: f for o, f in kept.factors().items() if o in c.problem.choices}, kept.rounds
+
+
+Step = tuple[dict[ObjectKey, dict[str, float]], dict[ObjectKey, int]]
+"""A round's factors and derating rounds per service."""
+
+
+def _derate(candidates: list["_Candidate"], last: _Round) -> Step | None:
+    """The next round's factors: services predicted below target, fully served (what misses
+    for want of capacity is not MaxTput's doing), with misses that are not just requests that
+    miss even alone, take one :func:`gpumix.attainment.derate_step`; ``None`` when none do.
+    Over all passes of one spec generation a service is derated at most ``MAX_ROUNDS`` times,
+    the offline loop's bound: a target out of reach (a TTFT SLO that long prompts miss alone)
+    otherwise buys replicas pass after pass for ever smaller gains."""
+    factors, steps = dict(last.factors), dict(last.steps)
+    for c in candidates:
+        predicted = last.predicted[c.key]
+        alloc = last.plan.services[_demand_name(c.key)]
+        if (
+            not isinstance(predicted, PredictedAttainment)
+            or predicted.met >= _target(c)
+            or stalled(predicted)
+            or alloc.short
+            or steps[c.key] >= MAX_ROUNDS
+        ):
+            continue
+        stepped = derate_step(factors[c.key], predicted, alloc.counts, alloc.load, _target(c))
+        factors[c.key] = {o: max(round(f, 4), 1e-4) for o, f in stepped.items()}  # as kept
+        steps[c.key] += 1
+    return None if factors == last.factors else (factors, steps)
+
+
+def _serves_as_much(trial: _Round, first: _Round) -> bool:
+    """No service has more traffic unserved than in the first round: one service's derating
+    must not take another's capacity (nor its own) away."""
+    return all(
+        a.unserved_rate <= first.plan.services[name].unserved_rate + 1e-9
+        for name, a in trial.plan.services.items()
+    )
+
+
+def _best_round(c: "_Candidate", rounds: list[_Round]) -> int:
+    """The round whose plan is best for this service: the cheapest that reaches its target;
+    when none does, the cheapest within ``STALL_GAIN`` of the highest predicted attainment
+    (plan_to_target's rule), the earliest (least derated) of equally cheap ones; the first
+    round when nothing was predicted."""
+    name = _demand_name(c.key)
+    met = {i: m for i, r in enumerate(rounds) if (m := _met(c, r)) is not None}
+    if not met:
+        return 0
+    reached = [i for i, m in met.items() if m >= _target(c)]
+    top = max(met.values())
+    pool = reached or [i for i, m in met.items() if m >= top - STALL_GAIN]
+    return min(pool, key=lambda i: (round(rounds[i].plan.services[name].cost_per_hour, 6), i))
+
+
+def _reached_count(candidates: list["_Candidate"], r: _Round) -> tuple[int, float]:
+    """Services a round brings to target, then (negated) its cost: the fallback's order."""
+    reached = sum((m := _met(c, r)) is not None and m >= _target(c) for c in candidates)
+    return reached, -r.plan.cost_per_hour
+
+
+def _derating_status(c: "_Candidate", r: _Round) -> DeratingStatus | None:
+    options = [
+        OptionDerating(option=o, factor=f) for o, f in sorted(r.factors[c.key].items()) if f < 1
+    ]
+    if not options and not r.steps[c.key]:
+        return None
+    return DeratingStatus(observed_generation=c.generation, options=options, rounds=r.steps[c.key])
+
+
 def _joint_instance(
-    candidates: list["_Candidate"], available: dict[str, int], budget: float | None
+    candidates: list["_Candidate"],
+    available: dict[str, int],
+    budget: float | None,
+    derating: dict[ObjectKey, dict[str, float]],
 ) -> tuple[JointInstance, dict[str, float]]:
+    """The joint ILP's input, each service's MaxTput scaled by its ``derating`` factors."""
     services = []
     rates: dict[str, float] = {}
     for c in candidates:
         spec = c.service.spec
         instance = c.problem.instance
         assert instance is not None
+        if derating.get(c.key):
+            instance = derated(instance, derating[c.key])
         previous = c.previous.workload if c.previous is not None else None
         last = previous.planned_request_rate if previous is not None else None
         actual = spec.workload.request_rate

@@ -5,9 +5,8 @@ status keeps the last good allocation, with conditions naming the problem.
 
 The plan applied is simulated as the router will route it (:func:`gpumix.attainment.predict`,
 as `gpumix plan` does offline), and condition SLOAtRisk says when its predicted attainment is
-below the service's target. The operator does not replan to reach the target: its joint ILP
-loads each pool up to MaxTput, and the loop that closes the gap (plan, simulate, derate:
-:func:`gpumix.attainment.plan_to_target`) runs offline only, in `gpumix plan --planner slo`.
+below the service's target, and how many rounds of MaxTput derating the planner spent on it
+(the loop that derates and solves again is the cluster pass's: :mod:`gpumix.reconcile.cluster`).
 """
 
 import functools
@@ -29,7 +28,8 @@ from gpumix.api import (
     PoolShare,
     WorkloadUsed,
 )
-from gpumix.attainment import PredictedAttainment, predict
+from gpumix.api.llmservice import DeratingStatus
+from gpumix.attainment import PredictedAttainment, derated, predict
 from gpumix.plan import (
     Allocation,
     AllocationInstance,
@@ -137,19 +137,62 @@ def predicted_attainment(
     return _predictions[key]
 
 
+def served_allocation(
+    problem: ServiceProblem,
+    allocation: ServiceAllocation,
+    *,
+    running: Running,
+    conflicts: dict[str, str],
+    solve: SolveResult,
+) -> Allocation:
+    """This service's part of the joint plan as it will serve: replicas per option (those an
+    autoscaler owns as they run), the traffic shares of the options with replicas, and $/h."""
+    target = {p: allocation.counts.get(p, 0) for p in problem.choices}
+    for option in conflicts:
+        target[option] = running.replicas.get(option, 0)  # an autoscaler owns these replicas
+    cost = sum(n * problem.choices[p].gpus_per_replica * problem.choices[p].price_per_gpu_hour
+               for p, n in target.items())  # fmt: skip
+    shares = {p: allocation.share.get(p, []) for p in target if target[p]}
+    return Allocation(
+        counts=target, share=shares, load=allocation.load, cost_per_hour=cost, result=solve
+    )
+
+
+def predict_served(
+    service: LLMService, pools: list[GPUPool], profiles: list[GPUProfile], served: Allocation
+) -> PredictedAttainment | str | None:
+    """:func:`predicted_attainment` of ``served``; ``None`` without traffic (nothing to
+    simulate)."""
+    if service.spec.workload.request_rate <= 0:
+        return None
+    return predicted_attainment(service, pools, profiles, served)
+
+
+def _derating_note(derating: DeratingStatus | None) -> str:
+    if derating is None or not derating.rounds:
+        return ""
+    factors = ", ".join(f"{o.option} ×{o.factor:.3g}" for o in derating.options)
+    rounds = "1 round" if derating.rounds == 1 else f"{derating.rounds} rounds"
+    return f" (MaxTput derated in {rounds}: {factors})"
+
+
 def _slo_at_risk(
-    predicted: PredictedAttainment | str | None, target: float
+    predicted: PredictedAttainment | str | None,
+    target: float,
+    derating: DeratingStatus | None = None,
 ) -> tuple[ConditionStatus, str, str]:
     """Condition SLOAtRisk: whether the plan's predicted attainment (``None``: no traffic) is
-    below ``target``, naming the pools that miss it, worst first, and the share that no
-    capacity would recover."""
+    below ``target``, naming the pools that miss it, worst first, the share that no capacity
+    would recover, and the derating rounds spent (so a user sees the loop ran)."""
     if predicted is None:
         return ConditionStatus.FALSE, "NoTraffic", "no requests to predict"
     if isinstance(predicted, str):
         return ConditionStatus.UNKNOWN, "PredictionFailed", f"not predicted: {predicted}"
     head = f"predicted attainment {predicted.met:.2%}"
+    note = _derating_note(derating)
     if predicted.met >= target:
-        return ConditionStatus.FALSE, "OnTarget", f"{head} meets the target {100 * target:g}%"
+        message = f"{head} meets the target {100 * target:g}%{note}"
+        return ConditionStatus.FALSE, "OnTarget", message
     worst = sorted(predicted.pools.items(), key=lambda pa: pa[1].met)
     short = [(p, a) for p, a in worst if a.met < target] or worst[:1]
     pools = "; ".join(
@@ -161,7 +204,10 @@ def _slo_at_risk(
         if predicted.alone > 0
         else ""
     )
-    message = f"{head} is below the target {100 * target:g}%: {pools or 'no replica serves'}{alone}"
+    message = (
+        f"{head} is below the target {100 * target:g}%: {pools or 'no replica serves'}{alone}"
+        + note
+    )
     return ConditionStatus.TRUE, "BelowTarget", message
 
 
@@ -226,22 +272,24 @@ def decide_planned(
     conflicts: dict[str, str],
     pool_gpus: dict[str, int | None],
     solve: SolveResult,
-    pools: list[GPUPool],
-    profiles: list[GPUProfile],
+    predicted: PredictedAttainment | str | None,
+    derating: DeratingStatus | None = None,
     now: str,
     time_limit_s: float = 30.0,
     pacing: PacingInput | None = None,
 ) -> ServiceDecision:
     """Turn this service's part of the joint plan into what to apply now and its status, with
-    the plan's predicted attainment (:func:`predicted_attainment` on ``pools`` and
-    ``profiles``); `pacing` (SageServe §6.5.1, `gpumix.reconcile.pacing`) may hold the replicas
-    short of (or, LT-UA, past) the plan's target for now."""
+    the plan's ``predicted`` attainment (:func:`predict_served` of :func:`served_allocation`)
+    and the ``derating`` the planner applied to reach it; `pacing` (SageServe §6.5.1,
+    `gpumix.reconcile.pacing`) may hold the replicas short of (or, LT-UA, past) the plan's
+    target for now."""
     spec = service.spec
     excluded = "; ".join(f"{p}: {why}" for p, why in problem.excluded.items())
     assert problem.instance is not None
-    target = {p: allocation.counts.get(p, 0) for p in problem.choices}
-    for option in conflicts:
-        target[option] = running.replicas.get(option, 0)  # an autoscaler owns these replicas
+    served = served_allocation(
+        problem, allocation, running=running, conflicts=conflicts, solve=solve
+    )
+    target, cost, shares = dict(served.counts), served.cost_per_hour, served.share
     # The target is an upper bound: the KV scheduler may run fewer (gpumix.reconcile.kvmigration).
     kv_status = previous.kv_scheduler if previous else None
     kv_removed = {
@@ -260,23 +308,14 @@ def decide_planned(
         if paced != run_target:
             note += f"; pacing ({LABEL[pacing.mode]}) runs {summary(paced)} for now"
         run_target = paced
-    cost = sum(n * problem.choices[p].gpus_per_replica * problem.choices[p].price_per_gpu_hour
-               for p, n in target.items())  # fmt: skip
     staged = rollout.stage(running.replicas, run_target, running.ready)
     apply = {p: n for p, n in staged.items() if n > 0 and p not in conflicts}
     delete = sorted(
         running.names.get(p, p) for p, n in staged.items() if n == 0 and p in running.replicas
     )
-    baselines = _baselines(problem.instance.model_dump_json(), time_limit_s)
-    shares = {p: allocation.share.get(p, []) for p in target if target[p]}
-    served = Allocation(
-        counts=target, share=shares, load=allocation.load, cost_per_hour=cost, result=solve
-    )
-    predicted = (
-        predicted_attainment(service, pools, profiles, served)
-        if spec.workload.request_rate > 0
-        else None  # no request to simulate
-    )
+    # Like for like: the single-type baselines at the capacity the plan was made with.
+    planned_at = derated(problem.instance, derating.factors()) if derating else problem.instance
+    baselines = _baselines(planned_at.model_dump_json(), time_limit_s)
     status = _status(
         service,
         baselines=baselines,
@@ -296,6 +335,7 @@ def decide_planned(
         applied=run_target,
         note=note,
         predicted=predicted,
+        derating=derating,
     ).model_copy(update={"pacing": pacing_status})
     events = []
     old = {
@@ -370,6 +410,7 @@ def _status(
     planned_rate: float,
     pool_gpus: dict[str, int | None],
     predicted: PredictedAttainment | str | None,
+    derating: DeratingStatus | None = None,
     applied: dict[str, int] | None = None,
     note: str = "",
 ) -> LLMServiceStatus:
@@ -446,7 +487,7 @@ def _status(
         )
     else:
         conds = remove_condition(conds, "ConflictingAutoscaler")
-    setc(SLO_AT_RISK, *_slo_at_risk(predicted, service.spec.slo.attainment_target))
+    setc(SLO_AT_RISK, *_slo_at_risk(predicted, service.spec.slo.attainment_target, derating))
     return LLMServiceStatus(
         observed_generation=generation,
         conditions=conds,
@@ -473,6 +514,7 @@ def _status(
         ),
         pool_shares=_pool_shares(choices, target, pool_gpus),
         kv_scheduler=previous.kv_scheduler if previous else None,
+        derating=derating,
     )
 
 

@@ -2,8 +2,11 @@
 
 from typing import Any
 
+import pytest
+
 from gpumix.api import GPUPool, GPUProfile, LLMService, LLMServiceStatus
 from gpumix.plan import Allocation
+from gpumix.reconcile import cluster
 from gpumix.reconcile.cluster import plan_cluster
 from gpumix.reconcile.service import ServiceDecision, predicted_attainment
 
@@ -20,12 +23,20 @@ def with_status(body: dict[str, Any], status: LLMServiceStatus) -> dict[str, Any
     return {**body, "status": status.model_dump(by_alias=True, mode="json", exclude_none=True)}
 
 
+@pytest.fixture
+def first_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The joint plan as first solved, without the attainment loop (test_attainment_loop.py)."""
+    monkeypatch.setattr(cluster, "DERATING_ROUNDS", 0)
+
+
+@pytest.mark.usefixtures("first_plans")
 def test_plan_below_its_target_is_at_risk_naming_the_worst_pool_once() -> None:
-    # The sample's joint plan (a100-80gb×1 + a10g×2) loads the A100 to its MaxTput: ~96.5%.
+    # The sample's joint plan (a100-80gb×1 + a10g×2) loads both to their MaxTput: below 99%.
     body = service("chat", 5.5, "t0")
     first = planned(body)
     status = first.status
-    assert status.predicted_attainment is not None and 0.9 < status.predicted_attainment < 0.99
+    assert status.predicted_attainment is not None and status.predicted_attainment < 0.99
+    assert len(status.allocation) == 2
     per_pool = {a.pool: a.predicted_attainment for a in status.allocation}
     assert all(v is not None for v in per_pool.values()), per_pool
     worst = min(per_pool, key=lambda p: per_pool[p] or 0.0)
@@ -39,14 +50,17 @@ def test_plan_below_its_target_is_at_risk_naming_the_worst_pool_once() -> None:
     assert "SLOAtRisk" not in [e.reason for e in again.events]
 
 
+@pytest.mark.usefixtures("first_plans")
 def test_plan_on_target_is_not_at_risk_until_the_target_is_raised() -> None:
-    first = planned(service("chat", 5.5, "t0", slo={"tpotMs": 120, "attainmentTarget": 0.9}))
+    # a10g×3 for 2 req/s: 98.4% predicted (test_attainment_loop.py raises it to 99%).
+    only = {"pools": ["a10g"]}
+    first = planned(service("chat", 2, "t0", slo={"tpotMs": 120, "attainmentTarget": 0.9}, **only))
     assert first.status.predicted_attainment is not None
     state, reason, message = cond(first.status, "SLOAtRisk")
     assert (state, reason) == ("False", "OnTarget")
     assert message.endswith("meets the target 90%")
     assert "SLOAtRisk" not in [e.reason for e in first.events]
-    raised = planned(with_status(service("chat", 5.5, "t0"), first.status))
+    raised = planned(with_status(service("chat", 2, "t0", **only), first.status))
     assert raised.status.predicted_attainment == first.status.predicted_attainment
     assert cond(raised.status, "SLOAtRisk")[:2] == ("True", "BelowTarget")
     assert [e.reason for e in raised.events] == ["SLOAtRisk"]
@@ -64,6 +78,7 @@ def test_a_prediction_that_fails_leaves_the_plan_applied_and_attainment_unknown(
     assert sd.apply
     assert sd.status.predicted_attainment is None
     assert all(a.predicted_attainment is None for a in sd.status.allocation)
+    assert sd.status.derating is None  # nothing to derate by
     state, reason, message = cond(sd.status, "SLOAtRisk")
     assert (state, reason) == ("Unknown", "PredictionFailed")
     assert "no built-in shape for model 'example/unshaped-7b'" in message

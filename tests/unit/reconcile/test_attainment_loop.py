@@ -1,0 +1,222 @@
+"""The planner pass closes the attainment loop: predict, derate the pools that miss, solve again.
+
+Real joint solves and simulations of the shipped sample (test_cluster_pass.py's snapshot: the
+pools of manifests/samples/gpupools.yaml on the local test cluster's nodes).
+"""
+
+from typing import Any
+
+import pytest
+
+from gpumix.attainment import MAX_ROUNDS, PoolAttainment, PredictedAttainment, derate_step
+from gpumix.plan import SolverError
+from gpumix.plan.joint import JointAllocation
+from gpumix.reconcile import cluster
+from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
+from gpumix.reconcile.service import ServiceDecision
+
+from .test_cluster_pass import cond, profiles, service, snap
+
+KEY = ("default", "chat")
+A10G_ONLY = {"pools": ["a10g"]}
+"""2 req/s on A10Gs alone: a10g×3 loaded to MaxTput is predicted at 98.4%, a10g×4 at 99.6%."""
+
+
+def planned(
+    *bodies: dict[str, Any], rounds: int = cluster.DERATING_ROUNDS, **kw: Any
+) -> ClusterDecision:
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(cluster, "DERATING_ROUNDS", rounds)
+        return plan_cluster(snap(services=list(bodies), **kw))
+
+
+def chat(body: dict[str, Any], **kw: Any) -> ServiceDecision:
+    return planned(body, **kw).services[KEY]
+
+
+def with_status(body: dict[str, Any], sd: ServiceDecision) -> dict[str, Any]:
+    dumped = sd.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return {**body, "status": dumped}
+
+
+@pytest.fixture
+def solves(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The joint instances each pass hands the (cached) solver, in order."""
+    seen: list[str] = []
+    solve = cluster._solve
+
+    def spy(instance_json: str, time_limit_s: float) -> JointAllocation | None:
+        seen.append(instance_json)
+        return solve(instance_json, time_limit_s)
+
+    monkeypatch.setattr(cluster, "_solve", spy)
+    return seen
+
+
+def test_the_sample_is_derated_up_to_its_target_at_a_higher_cost() -> None:
+    first = chat(service("chat", 5.5, "t0"), rounds=0)
+    looped = chat(service("chat", 5.5, "t0"))
+    before, after = first.status, looped.status
+    assert before.predicted_attainment is not None and before.predicted_attainment < 0.99
+    assert before.derating is None
+    assert after.predicted_attainment is not None and after.predicted_attainment >= 0.99
+    assert after.cost_per_hour is not None and before.cost_per_hour is not None
+    assert after.cost_per_hour > before.cost_per_hour
+    derating = after.derating
+    assert derating is not None and derating.observed_generation == 1
+    assert 1 <= derating.rounds <= cluster.DERATING_ROUNDS
+    assert derating.options and all(0 < o.factor < 1 for o in derating.options)
+    state, reason, message = cond(after, "SLOAtRisk")
+    assert (state, reason) == ("False", "OnTarget")
+    assert f"(MaxTput derated in {derating.rounds} round" in message
+    assert [e.reason for e in looped.events] == ["PlanChanged"]  # no SLOAtRisk warning
+
+
+def test_the_next_pass_starts_from_the_kept_derating_and_solves_once(solves: list[str]) -> None:
+    body = service("chat", 2, "t0", **A10G_ONLY)
+    first = chat(body)
+    assert len(solves) == 2  # a10g×3 misses, a10g×4 meets the target
+    assert first.target == {"a10g": 4}
+    assert first.status.derating is not None and first.status.derating.rounds == 1
+    (factor,) = first.status.derating.factors().values()
+    assert 0.75 <= factor < 1  # at least as far as a10g×3's load no longer fits 3 replicas
+
+    kept = solves[-1]
+    solves.clear()
+    again = chat(with_status(body, first))
+    assert solves == [kept]  # started from the kept factors, on target: no round
+    assert again.target == first.target
+    assert again.status.derating == first.status.derating
+    assert again.status.predicted_attainment == first.status.predicted_attainment
+    assert again.events == []
+    assert chat(with_status(body, first), rounds=0).target == {"a10g": 4}  # the kept factors
+
+
+def test_a_new_spec_generation_starts_over() -> None:
+    body = service("chat", 2, "t0", **A10G_ONLY)
+    first = chat(body)
+    assert first.status.derating is not None
+    changed = with_status(body, first)
+    changed["metadata"] = {**changed["metadata"], "generation": 2}
+    plain = chat(changed, rounds=0)
+    assert plain.target == {"a10g": 3} and plain.status.derating is None
+    assert cond(plain.status, "SLOAtRisk")[:2] == ("True", "BelowTarget")
+    redone = chat(changed)
+    assert redone.target == {"a10g": 4}
+    assert redone.status.derating is not None
+    assert redone.status.derating.observed_generation == 2
+    assert redone.status.derating.rounds == 1  # counted afresh, not 2
+
+
+def test_an_unreachable_target_gets_the_highest_attainment_capacity_allows() -> None:
+    """1 req/s on the 4 L4s alone: l4×3 at 86.5%, l4×4 at 98.2%; a fifth L4 does not exist,
+    and the round that would need it (traffic unserved) is not applied."""
+    body = service("chat", 1, "t0", pools=["l4"])
+    first = chat(body, rounds=0)
+    looped = chat(body)
+    assert first.target == {"l4": 3} and looped.target == {"l4": 4}
+    before, after = first.status.predicted_attainment, looped.status.predicted_attainment
+    assert before is not None and after is not None and before < after < 0.99
+    assert looped.status.unserved_fraction is None
+    state, reason, message = cond(looped.status, "SLOAtRisk")
+    assert (state, reason) == ("True", "BelowTarget")
+    assert message.startswith(f"predicted attainment {after:.2%} is below the target 99%: l4: ")
+    assert message.endswith("(MaxTput derated in 1 round: l4 ×0.75)")
+    assert "SLOAtRisk" in [e.reason for e in looped.events]
+
+
+def test_derating_never_takes_another_services_capacity() -> None:
+    """The 4 A10Gs run chat×3 (98.4%) and a Batch service's one replica; derated, chat would
+    need all 4 (interactive first) and the Batch service would get none."""
+    other = ("default", "other")
+    batch = service("other", 0.5, "t1", priority="Batch", **A10G_ONLY)
+    d = planned(service("chat", 2, "t0", **A10G_ONLY), batch)
+    assert (d.services[KEY].target, d.services[other].target) == ({"a10g": 3}, {"a10g": 1})
+    assert d.services[other].status.unserved_fraction is None
+    assert d.services[KEY].status.derating is None
+    assert cond(d.services[KEY].status, "SLOAtRisk")[:2] == ("True", "BelowTarget")
+
+
+@pytest.mark.parametrize(("alone", "solved"), [(0.05, 1), (0.048, 2)])
+def test_misses_no_capacity_recovers_are_not_derated_for(
+    monkeypatch: pytest.MonkeyPatch, solves: list[str], alone: float, solved: int
+) -> None:
+    """95% met: when the other 5% miss even alone, derating would only add replicas."""
+    monkeypatch.setattr(cluster, "predict_served", lambda *_: predicted(0.95, {}, alone))
+    chat(service("chat", 2, "t0", **A10G_ONLY), rounds=1)
+    assert len(solves) == solved
+
+
+def test_derating_stops_after_the_offline_loops_rounds(solves: list[str]) -> None:
+    """Rounds count over every pass of a generation: at MAX_ROUNDS the loop stops."""
+    body = service("chat", 2, "t0", **A10G_ONLY)
+    body["status"] = {"derating": {"observedGeneration": 1, "rounds": MAX_ROUNDS}}
+    sd = chat(body)
+    assert len(solves) == 1 and sd.target == {"a10g": 3}
+    assert sd.status.derating is not None and sd.status.derating.rounds == MAX_ROUNDS
+    body["status"]["derating"]["rounds"] = MAX_ROUNDS - 1
+    assert chat(body).target == {"a10g": 4}
+
+
+def test_a_solver_failure_after_the_first_plan_applies_the_first_plan(
+    monkeypatch: pytest.MonkeyPatch, solves: list[str]
+) -> None:
+    spy = cluster._solve
+
+    def fails_after_the_first(instance_json: str, time_limit_s: float) -> JointAllocation | None:
+        if solves:
+            raise SolverError("highs: time limit without a solution")
+        return spy(instance_json, time_limit_s)
+
+    monkeypatch.setattr(cluster, "_solve", fails_after_the_first)
+    sd = chat(service("chat", 2, "t0", **A10G_ONLY))
+    assert sd.apply == {"a10g": 3} and sd.target == {"a10g": 3}
+    assert sd.status.derating is None
+    assert cond(sd.status, "Planned")[:2] == ("True", "PlanComputed")
+    assert cond(sd.status, "SLOAtRisk")[:2] == ("True", "BelowTarget")
+
+
+def test_a_failed_prediction_applies_the_plan_without_rounds(solves: list[str]) -> None:
+    """The simulator has no shape for this model: nothing says the plan misses its target."""
+    model = "example/unshaped-7b"
+    body = service("chat", 2, "t0", **A10G_ONLY)
+    body["spec"]["model"]["name"] = model
+    profs = profiles()
+    for p in profs:
+        p["spec"]["model"] = model
+    sd = chat(body, profiles=profs)
+    assert len(solves) == 1
+    assert sd.apply == {"a10g": 3}
+    assert sd.status.derating is None
+    assert cond(sd.status, "SLOAtRisk")[:2] == ("Unknown", "PredictionFailed")
+
+
+def test_two_services_are_derated_within_the_pools_they_share() -> None:
+    """Each service keeps its own best round; the plan applied is one joint solve."""
+    chat_body = service("chat", 5.5, "t0")
+    small = service("small", 2, "t1", pools=["a10g", "l4"])
+    d = planned(chat_body, small)
+    for key in (KEY, ("default", "small")):
+        status = d.services[key].status
+        assert status.predicted_attainment is not None and status.predicted_attainment >= 0.99
+        assert status.derating is not None and status.derating.rounds >= 1
+    for name, pool in d.pool_status.items():
+        assert (pool.planned_gpus or 0) <= pool.allocatable_gpus, name
+
+
+def predicted(met: float, pools: dict[str, float], alone: float = 0.0) -> PredictedAttainment:
+    return PredictedAttainment(
+        tpot=met, ttft=None, met=met, alone=alone, requests=100,
+        pools={p: PoolAttainment(requests=50, met=m, utilisation=1.0) for p, m in pools.items()},
+    )  # fmt: skip
+
+
+def test_derate_step_shrinks_the_pools_that_miss_past_their_planned_load() -> None:
+    counts, load = {"a": 2, "b": 1, "c": 0}, {"a": 1.0, "b": 0.99, "c": 0.0}
+    stepped = derate_step({"b": 0.5}, predicted(0.8, {"a": 0.95, "b": 0.4}), counts, load, 0.99)
+    # a: 95% met → a step of 0.9, but a×2 carry a load of 1: until it no longer fits (0.5);
+    # b: 40% met → a step of 0.6 from the 0.5 it had.
+    assert stepped == pytest.approx({"a": 0.5 * 0.999, "b": 0.5 * 0.6})
+    on_target_pools = predicted(0.97, {"a": 0.995, "b": 0.995})  # the misses are dropped ones
+    stepped = derate_step({}, on_target_pools, counts, {"a": 2.0, "b": 0.0}, 0.99)
+    assert stepped == pytest.approx({"a": 0.9, "b": 0.9})  # every planned pool; b: no load
