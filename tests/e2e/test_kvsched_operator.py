@@ -94,7 +94,9 @@ def test_kv_scheduler_empties_the_newest_pod_and_removes_exactly_it(
 ) -> None:
     start = time.monotonic()
     kv = {"enabled": False, "intervalSeconds": 2, "maxMigrationsPerPass": 10}
-    env.apply(env.service("kv", 2, pools=["a10g"], kvMigration=kv))
+    # A target the ILP's plan meets: this test is about the KV scheduler, not the attainment loop.
+    slo = {"tpotMs": 120, "attainmentTarget": 0.5}
+    env.apply(env.service("kv", 2, pools=["a10g"], kvMigration=kv, slo=slo))
     env.wait_condition("kv", "Ready", "True", "Serving", timeout=90)
     assert env.allocation("kv") == {"a10g": 3}
     wait("3 pods Running", lambda: env.pods_running_on_right_nodes("kv") == {"a10g": 3})
@@ -119,7 +121,7 @@ def test_kv_scheduler_empties_the_newest_pod_and_removes_exactly_it(
              r["state"] != "running" for u in sim_pods for r in requests(u)),
          timeout=40, every=0.2)  # fmt: skip
     # Now let MELL loose on it.
-    env.apply(env.service("kv", 2, pools=["a10g"], kvMigration={**kv, "enabled": True}))
+    env.apply(env.service("kv", 2, pools=["a10g"], kvMigration={**kv, "enabled": True}, slo=slo))
 
     def drained() -> dict[str, Any] | None:
         kvs = (env.get("kv").get("status") or {}).get("kvScheduler") or {}
