@@ -69,11 +69,15 @@ def unit_interval(text: str) -> float:
     return value
 
 
-def positive_int(text: str) -> int:
+def _integer(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def positive_int(text: str) -> int:
+    value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
@@ -81,10 +85,7 @@ def positive_int(text: str) -> int:
 
 def tcp_port(text: str) -> int:
     """A TCP port; 0 lets the system choose."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    value = _integer(text)
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port in 0-65535, got {value}")
     return value

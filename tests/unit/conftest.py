@@ -23,3 +23,13 @@ def llama_profiles() -> list[GPUProfile]:
     objs = load_objects([EXAMPLES / "profiles-llama-2-7b.yaml"])
     assert all(isinstance(o, GPUProfile) for o in objs)
     return [o for o in objs if isinstance(o, GPUProfile)]
+
+
+MELANGE_CONFIG = {
+    "gpu_info": {"A10G": {"cost": 1.01, "tputs": [[5, 1], [10, 5]]},
+                 "A100": {"cost": 3.67, "tputs": [[20, 2], [50, 20]]}},
+    "workload_distribution": [[0.25, 0.5], [0.25, 0.25]],
+    "total_request_rate": 16,
+    "slice_factor": 1,
+}  # fmt: skip
+"""A small Mélange reference-solver input (`gpumix plan --melange-config`)."""

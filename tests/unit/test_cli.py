@@ -9,7 +9,7 @@ import yaml
 from gpumix.api import GPUProfile
 from gpumix.cli import main
 
-from .conftest import EXAMPLES
+from .conftest import EXAMPLES, MELANGE_CONFIG
 
 EXAMPLE = [str(EXAMPLES / "chat.yaml"), str(EXAMPLES / "profiles-llama-2-7b.yaml")]
 
@@ -56,15 +56,8 @@ def test_a_plan_below_its_target_says_how_much_misses_even_alone(
 
 
 def test_melange_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = {
-        "gpu_info": {"A10G": {"cost": 1.01, "tputs": [[5, 1], [10, 5]]},
-                     "A100": {"cost": 3.67, "tputs": [[20, 2], [50, 20]]}},
-        "workload_distribution": [[0.25, 0.5], [0.25, 0.25]],
-        "total_request_rate": 16,
-        "slice_factor": 1,
-    }  # fmt: skip
     path = tmp_path / "melange.json"
-    path.write_text(json.dumps(config))
+    path.write_text(json.dumps(MELANGE_CONFIG))
     assert main(["plan", "--melange-config", str(path), "--output", "json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["status"] == "optimal"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import EXAMPLES
+from .conftest import EXAMPLES, MELANGE_CONFIG
 
 GPUMIX = str(Path(sys.executable).parent / "gpumix")
 EXAMPLE = [str(EXAMPLES / "chat.yaml"), str(EXAMPLES / "profiles-llama-2-7b.yaml")]
@@ -55,15 +55,8 @@ def test_joint_plan_json_has_every_service(tmp_path: Path) -> None:
 
 
 def test_melange_config_json(tmp_path: Path) -> None:
-    config = {
-        "gpu_info": {"A10G": {"cost": 1.01, "tputs": [[5, 1], [10, 5]]},
-                     "A100": {"cost": 3.67, "tputs": [[20, 2], [50, 20]]}},
-        "workload_distribution": [[0.25, 0.5], [0.25, 0.25]],
-        "total_request_rate": 16,
-        "slice_factor": 1,
-    }  # fmt: skip
     path = tmp_path / "melange.json"
-    path.write_text(json.dumps(config))
+    path.write_text(json.dumps(MELANGE_CONFIG))
     [plan] = _json_lines("plan", "--melange-config", str(path), "--output", "json")
     assert plan["status"] == "optimal"
 
