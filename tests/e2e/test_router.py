@@ -255,7 +255,9 @@ def test_routing_by_the_plan_beats_a_plain_service_on_a_mixed_plan(
     through the router (following the operator's routing ConfigMap) and spread over the pods at
     random as a plain Service does. The requests carry their true length as `max_tokens` (the
     simulated engine needs it to stop), which the router takes as a cap on its prediction."""
-    body = env.service("chat", 5.5)
+    # A target the ILP's mixed plan meets keeps the attainment loop from replacing it: this test
+    # is about routing a heterogeneous plan.
+    body = env.service("chat", 5.5, slo={"tpotMs": 120, "attainmentTarget": 0.5})
     env.apply(body)
     env.wait_condition("chat", "Ready", "True", "Serving", timeout=90)
     plan = env.allocation("chat")
