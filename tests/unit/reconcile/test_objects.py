@@ -46,9 +46,14 @@ def _main_service(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return service
 
 
+def _render(chat: LLMService, mode: str) -> list[dict[str, Any]]:
+    """The objects of ``chat`` with ``spec.routing.mode`` set, its router ready."""
+    return desired_objects(_service(chat, mode), OWNER, _decision(chat), {"l4": POOL},
+                           router_image=IMAGE, router_ready=True)  # fmt: skip
+
+
 def test_routing_mode_router_adds_the_router_after_what_it_needs(chat: LLMService) -> None:
-    objects = desired_objects(_service(chat, "Router"), OWNER, _decision(chat), {"l4": POOL},
-                              router_image=IMAGE, router_ready=True)  # fmt: skip
+    objects = _render(chat, "Router")
     assert _kinds(objects) == [
         ("Deployment", "chat-l4"),
         ("Service", "chat"),
@@ -66,8 +71,7 @@ def test_routing_mode_router_adds_the_router_after_what_it_needs(chat: LLMServic
 
 
 def test_routing_mode_service_renders_no_router(chat: LLMService) -> None:
-    objects = desired_objects(_service(chat, "Service"), OWNER, _decision(chat), {"l4": POOL},
-                              router_image=IMAGE, router_ready=True)  # fmt: skip
+    objects = _render(chat, "Service")
     assert _kinds(objects) == [
         ("Deployment", "chat-l4"),
         ("Service", "chat"),
