@@ -3,7 +3,8 @@
 Why it has the same optimum as §5.4.3: the ``S`` slices of a bucket are identical (same rate
 ``r/S``, same load on every type, §5.4.1–5.4.2), so a paper assignment ``A`` matters only
 through ``n[b, j] = Σ_{s ∈ b} A[s, j]``. Constraint (2) summed over a bucket's slices gives
-``Σ_j n[b, j] = S``; capacity (3) and the objective (1) depend on ``A`` only through ``n``.
+``Σ_j n[b, j] = S``; capacity (3), the objective (1) and the rows keeping slices on bought
+types (:func:`gpumix.plan.model.add_bought_only`) depend on ``A`` only through ``n``.
 Conversely any integer ``n`` with ``Σ_j n[b, j] = S`` expands to a valid ``A`` (first
 ``n[b, 1]`` slices to type 1, the next ``n[b, 2]`` to type 2, ...). The two feasible sets
 therefore project onto the same set of count vectors ``B``, hence the same optimal cost.
@@ -29,7 +30,9 @@ def build(instance: AllocationInstance, allowed: list[int]) -> Model:
 def _add_slice_counts(
     problem: pulp.LpProblem, instance: AllocationInstance, allowed: list[int]
 ) -> Placement:
-    """``n[b, j] ∈ {0..S}`` and the aggregated form of (2): ``Σ_j n[b, j] = S``."""
+    """``n[b, j] ∈ {0..S}`` and the aggregated form of (2): ``Σ_j n[b, j] = S``, in slice
+    counts of the bucket (§5.4.1), never rates, so a 1e-8 req/s bucket is as well
+    conditioned as a 100 req/s one."""
     placement: Placement = {}
     for bucket in instance.buckets_with_traffic():
         i, j = bucket

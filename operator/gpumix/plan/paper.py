@@ -2,7 +2,10 @@
 
 Kept to check (in tests) that :mod:`gpumix.plan.aggregated` reaches the same optimum and to
 measure (in ``bench/solver.py``) what the aggregation buys. Slices of zero-rate buckets are
-left out here too, so the comparison is not padded with trivial variables.
+left out here too, so the comparison is not padded with trivial variables. Like every
+formulation it also gets :func:`gpumix.plan.model.add_bought_only` for buckets whose load is
+too small for (3) to see (``Σ_s A[s, j] ≤ S·B_j``): (3) implies it in exact arithmetic, not
+within solver tolerances.
 """
 
 from __future__ import annotations

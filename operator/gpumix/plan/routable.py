@@ -6,8 +6,10 @@ of the answer, and App. A.2's running-mean estimate puts every request of an inp
 output bucket, so types planned for the row's long answers get almost none of the traffic and
 the others overload. Here ``y[i, k] ∈ {0..S}`` slices of *every* bucket of input row ``i`` go to
 type ``k``; a type that cannot serve one of the row's buckets within the SLO takes none of the
-row. Capacity (3) and the objective (1) are Mélange's; the optimum can only be dearer than the
-aggregated one (a restriction of it), and what it plans is what :mod:`gpumix.route` does.
+row. Capacity (3) and the objective (1) are Mélange's, and a row with a bucket too small for (3)
+to see gets ``y[i, k] ≤ S·B_k`` (:func:`gpumix.plan.model.add_bought_only`); the optimum
+can only be dearer than the aggregated one (a restriction of it), and what it plans is what
+:mod:`gpumix.route` does.
 """
 
 from __future__ import annotations

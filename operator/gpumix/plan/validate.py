@@ -12,7 +12,12 @@ from gpumix.plan.instance import AllocationInstance
 from gpumix.plan.result import Allocation
 
 LOAD_CHECK_TOL = 1e-6
-"""Load may exceed the count by this much: solver feasibility tolerances are ~1e-7."""
+"""Load may exceed the count by this much per unit (and by this much with no unit): solver
+tolerances are ~1e-7, and relative to the row, so 4000 units may carry a load of 4000.000001."""
+ASSIGN_REL_TOL = 1e-6
+"""Share of a bucket's demand that may be missing from (or doubled on) the types with units.
+Relative to that bucket's demand, so a bucket of 1e-8 req/s, whose whole load would fit inside
+any absolute tolerance, is held to the same standard as one of 100 req/s."""
 
 
 def validate_allocation(
@@ -21,10 +26,12 @@ def validate_allocation(
     """Return every violated property (empty list = valid).
 
     Checks: counts cover every type, are non-negative and within ``max_count``; only
-    ``allowed`` types are used; each bucket with traffic is fully assigned in whole slices
-    (§5.4.1) and only to types with MaxTput > 0; load per type (recomputed, §5.4.2) matches
-    the reported load and fits in the units bought; requests placed where they miss even alone
-    stay within ``alone_miss_budget`` when set; cost and objective equal ``Σ counts·c``.
+    ``allowed`` types are used; shares are non-negative, whole slices (§5.4.1) and only on
+    types with MaxTput > 0; each bucket with traffic is fully assigned to types with at least
+    one unit, to within ``ASSIGN_REL_TOL`` of that bucket's demand, and a bucket without
+    traffic to none; load per type (recomputed, §5.4.2) matches the reported load and fits in
+    the units bought; requests placed where they miss even alone stay within
+    ``alone_miss_budget`` when set; cost and objective equal ``Σ counts·c`` (objective (1)).
     """
     problems: list[str] = []
     names = [g.name for g in instance.gpus]
@@ -38,6 +45,9 @@ def validate_allocation(
         return problems
 
     totals = [[0.0] * cols for _ in range(rows)]
+    bought = [[0.0] * cols for _ in range(rows)]
+    unbought: dict[tuple[int, int], list[str]] = {}
+    missed = 0.0
     for k, gpu in enumerate(instance.gpus):
         count = allocation.counts[gpu.name]
         share = allocation.share[gpu.name]
@@ -55,6 +65,12 @@ def validate_allocation(
                 if fraction == 0:
                     continue
                 totals[i][j] += fraction
+                if count >= 1:
+                    bought[i][j] += fraction
+                else:
+                    unbought.setdefault((i, j), []).append(
+                        f"{gpu.name} ({count} units) holds {fraction:g}"
+                    )
                 where = f"{gpu.name} bucket ({i}, {j})"
                 if fraction < 0:
                     problems.append(f"{where}: negative share {fraction}")
@@ -68,26 +84,17 @@ def validate_allocation(
                     problems.append(f"{where}: traffic routed to a type with MaxTput 0")
                     continue
                 load += fraction * s_factor * slice_load
+                missed += fraction * s_factor * instance.alone_miss_rate(k, (i, j))
         if not math.isclose(load, allocation.load[gpu.name], rel_tol=1e-9, abs_tol=1e-9):
             problems.append(f"{gpu.name}: reported load {allocation.load[gpu.name]} != {load}")
-        if load > count + LOAD_CHECK_TOL:
+        if count >= 0 and load > count + LOAD_CHECK_TOL * max(1, count):
             problems.append(f"{gpu.name}: load {load:.9g} exceeds {count} units")
 
-    for i in range(rows):
-        for j in range(cols):
-            expected = 1.0 if instance.rates[i][j] > 0 else 0.0
-            if not math.isclose(totals[i][j], expected, abs_tol=1e-9):
-                problems.append(f"bucket ({i}, {j}): shares sum to {totals[i][j]}, not {expected}")
+    problems += _assignment(instance, totals, bought, unbought)
 
     budget = instance.alone_miss_budget
     if budget is not None:
         total = sum(map(sum, instance.rates))
-        missed = sum(
-            allocation.share[g.name][i][j] * s_factor * instance.alone_miss_rate(k, (i, j))
-            for k, g in enumerate(instance.gpus)
-            for i in range(rows)
-            for j in range(cols)
-        )
         if missed > (budget + LOAD_CHECK_TOL) * total:
             problems.append(
                 f"{missed:.9g} req/s placed where they miss even alone exceed the budget "
@@ -100,4 +107,31 @@ def validate_allocation(
     objective = allocation.result.objective
     if objective is not None and not math.isclose(objective, cost, rel_tol=1e-6, abs_tol=1e-6):
         problems.append(f"solver objective {objective} != cost of rounded counts {cost}")
+    return problems
+
+
+def _assignment(
+    instance: AllocationInstance,
+    totals: list[list[float]],
+    bought: list[list[float]],
+    unbought: dict[tuple[int, int], list[str]],
+) -> list[str]:
+    """Each bucket with traffic fully on types with units (§5.4.3's constraint (2) as served),
+    relative to its own demand; a bucket without traffic on no type."""
+    problems: list[str] = []
+    for i, row in enumerate(instance.rates):
+        for j, rate in enumerate(row):
+            if rate == 0:
+                if totals[i][j] != 0:
+                    problems.append(
+                        f"bucket ({i}, {j}) has no traffic, shares sum to {totals[i][j]}"
+                    )
+                continue
+            if abs(bought[i][j] - 1.0) <= ASSIGN_REL_TOL:
+                continue
+            where = "; ".join(unbought.get((i, j), []))
+            problems.append(
+                f"bucket ({i}, {j}): {bought[i][j] * rate:.6g} of its {rate:.6g} req/s on types "
+                f"with units" + (f" ({where})" if where else "")
+            )
     return problems

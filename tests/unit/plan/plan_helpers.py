@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 from hypothesis import strategies as st
 
@@ -97,3 +98,84 @@ def instances(
     return AllocationInstance(
         rates=draw(matrix(rate)), gpus=gpus, slice_factor=draw(st.integers(1, max_slices))
     )
+
+
+def exact_brute_force_cost(
+    inst: AllocationInstance, *, per_row: bool = False, slack: float = 0.0
+) -> float | None:
+    """:func:`brute_force_cost` in exact rational arithmetic.
+
+    Loads are :class:`~fractions.Fraction` s of the float rates and MaxTputs, so a bucket of
+    1e-9 req/s weighs exactly that, and a type that takes any of it needs a whole unit however
+    small the load. A type needs ``ceil(load - slack)`` units otherwise: ``slack`` > 0 gives a
+    lower bound on what a solver may buy within its capacity tolerance. ``per_row``: one split
+    per input row, applied to every bucket of the row (the routable formulation). Only for tiny
+    instances.
+    """
+    s_factor = inst.slice_factor
+    buckets = inst.buckets_with_traffic()
+    groups = sorted({i for i, _ in buckets}) if per_row else buckets
+    n_types = len(inst.gpus)
+    splits = [
+        c for c in itertools.product(range(s_factor + 1), repeat=n_types) if sum(c) == s_factor
+    ]
+    best: float | None = None
+    for choice in itertools.product(splits, repeat=len(groups)):
+        split_of = dict(zip(groups, choice, strict=True))
+        loads = [Fraction(0)] * n_types
+        ok = True
+        for i, j in buckets:
+            split = split_of[i] if per_row else split_of[i, j]
+            for k, n in enumerate(split):
+                tput = inst.gpus[k].max_tput[i][j]
+                if n and tput <= 0:
+                    ok = False
+                elif n:
+                    loads[k] += n * Fraction(inst.rates[i][j]) / (s_factor * Fraction(tput))
+        if not ok:
+            continue
+        counts = [max(int(load > 0), math.ceil(load - Fraction(slack))) for load in loads]
+        if any(
+            g.max_count is not None and c > g.max_count
+            for g, c in zip(inst.gpus, counts, strict=True)
+        ):
+            continue
+        cost = sum(c * g.cost_per_hour for c, g in zip(counts, inst.gpus, strict=True))
+        if best is None or cost < best:
+            best = cost
+    return best
+
+
+TINY_RATES = st.integers(1, 9).flatmap(lambda m: st.integers(7, 10).map(lambda e: m * 10.0**-e))
+"""Req/s of a bucket no solver tolerance may swallow: 1e-10 … 9e-7."""
+HUGE_RATES = st.integers(1, 9).flatmap(lambda m: st.integers(2, 3).map(lambda e: m * 10.0**e))
+"""Req/s of a bucket that needs up to tens of thousands of units: 100 … 9000."""
+
+
+@st.composite
+def mixed_scale_instances(
+    draw: st.DrawFn, max_rows: int = 2, max_slices: int = 2
+) -> AllocationInstance:
+    """Tiny and huge buckets side by side (1×2, 1×3 or 2×2 buckets, 2–3 types): gpu0 serves every
+    bucket, the others sometimes cannot, so a tiny bucket may need a type of its own."""
+    rows = draw(st.integers(1, max_rows))
+    cols = draw(st.integers(2, 3 if rows == 1 else 2))
+    rate = st.one_of(TINY_RATES, HUGE_RATES, st.integers(1, 80).map(lambda x: x / 8))
+    rates = [[draw(rate) for _ in range(cols)] for _ in range(rows)]
+    if not any(r < 1e-6 for row in rates for r in row):
+        rates[-1][-1] = draw(TINY_RATES)
+    if not any(r >= 100 for row in rates for r in row):
+        rates[0][0] = draw(HUGE_RATES)
+    positive = st.integers(1, 120).map(lambda x: x / 4)
+    tput = st.one_of(st.just(0.0), positive)
+    gpus = [
+        GPUOption(
+            name=f"gpu{k}",
+            cost_per_hour=draw(st.integers(10, 800).map(lambda x: x / 100)),
+            max_tput=[
+                [draw(positive if k == 0 else tput) for _ in range(cols)] for _ in range(rows)
+            ],
+        )
+        for k in range(draw(st.integers(2, 3)))
+    ]
+    return AllocationInstance(rates=rates, gpus=gpus, slice_factor=draw(st.integers(1, max_slices)))

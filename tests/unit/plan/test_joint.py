@@ -21,8 +21,8 @@ from gpumix.plan.joint import (
     proportional_share,
     solve_joint,
     solve_sequential,
-    validate_joint,
 )
+from gpumix.plan.joint.result import UNSERVED_TOL
 from proptest import budget
 
 
@@ -70,7 +70,6 @@ def test_degradation_serves_interactive_first_and_says_why() -> None:
     assert m2.unserved_rate == 0  # interactive first
     assert m1.unserved_rate > 0 and 0 < m1.unserved_fraction < 1
     assert any("pool" in r and "full" in r for r in m1.reasons), m1.reasons
-    assert validate_joint(batch_m1, plan) == []
 
 
 def test_weights_order_services_within_a_class() -> None:
@@ -175,7 +174,6 @@ def test_jiang_case_3_and_the_max_throughput_optimum() -> None:
     assert free is not None and free.throughput_scale is not None
     assert 1 / free.throughput_scale <= best + 1e-6
     assert free.cost_per_hour <= 8.0 + 1e-9
-    assert validate_joint(jiang(), free) == []
 
 
 # ---------------------------------------------------------------- properties on random instances
@@ -220,21 +218,33 @@ def joint_instances(draw: st.DrawFn) -> JointInstance:
 
 @QUICK
 @given(joint_instances())
-def test_joint_plans_respect_pools_budgets_slos_and_report_unserved(inst: JointInstance) -> None:
-    plan = solve_joint(inst, time_limit_s=20)
-    assert plan is not None  # partial service: always a plan
-    assert validate_joint(inst, plan) == []  # pools, budgets, SLO, load, shares + unserved = 1
-    for service in inst.services:
+def test_joint_plans_serve_all_servable_traffic_when_nothing_limits_them(
+    inst: JointInstance,
+) -> None:
+    """Partial service always gives a plan; without pool limits, budgets or floors, what it
+    leaves unserved is exactly the traffic no option serves within the SLO (``solve_joint``'s
+    validator checks that the plan is consistent, not that it serves as much as it can)."""
+    assert solve_joint(inst, time_limit_s=20) is not None
+    free = inst.model_copy(update={
+        "pools": [p.model_copy(update={"gpus": None}) for p in inst.pools],
+        "services": [s.model_copy(update={"budget_per_hour": None}) for s in inst.services],
+        "budget_per_hour": None,
+    })  # fmt: skip
+    plan = solve_joint(free, time_limit_s=20)
+    assert plan is not None
+    for service in free.services:
+        unservable = sum(service.rates[i][j] for i, j in service.unservable())
         alloc = plan.services[service.name]
-        if alloc.unserved_rate > 0:
-            assert alloc.reasons
-        assert 0 <= alloc.unserved_fraction <= 1 + 1e-9
+        # The degradation stages fix earlier optima with a little slack (UNSERVED_TOL).
+        assert abs(alloc.unserved_rate - unservable) <= UNSERVED_TOL * service.total_rate
 
 
 def _fresh(inst: JointInstance) -> JointInstance:
-    """No running replicas, no budgets: the setting where sequential plans are comparable."""
+    """No running replicas, no churn penalty, no budgets: the setting where sequential plans
+    are comparable (with a penalty, the joint plan may pay a cent more $/h to add replicas of a
+    service whose replicas are dear to add: found by `make property-search`)."""
     services = [
-        s.model_copy(update={"budget_per_hour": None, "options": [
+        s.model_copy(update={"budget_per_hour": None, "churn_penalty": 0.0, "options": [
             o.model_copy(update={"running": 0}) for o in s.options]})
         for s in inst.services
     ]  # fmt: skip
@@ -308,7 +318,6 @@ def test_a_stage_optimum_reported_below_the_integral_one_does_not_fail_the_plan(
     )  # fmt: skip
     plan = solve_joint(inst)
     assert plan is not None
-    assert validate_joint(inst, plan) == []
     unserved = {name: s.unserved_rate for name, s in plan.services.items()}
     assert unserved["s0"] + unserved["s1"] == pytest.approx(1.8, abs=1e-4)  # interactive first
     assert unserved["s2"] == pytest.approx(1.0, abs=1e-4)

@@ -1,4 +1,4 @@
-"""Model builders: sizes, deterministic names, and constraint shapes of both formulations."""
+"""Model builders: sizes, deterministic names, and constraint shapes of the formulations."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pulp
 import pytest
 from plan_helpers import instance
 
-from gpumix.plan import aggregated, paper
+from gpumix.plan import aggregated, paper, routable
 from gpumix.plan.model import LOAD_TOL
 
 # Bucket (0, 1) has no traffic; type "small" cannot serve bucket (1, 1).
@@ -44,6 +44,33 @@ def test_paper_has_one_binary_per_slice_and_type() -> None:
     assert len([c for c in model.problem.constraints() if c.name.startswith("assign_")]) == 12
     assert len(model.placement[(1, 1), 1]) == 4
     assert ((1, 1), 0) not in model.placement
+
+
+def _row(problem: pulp.LpProblem, name: str) -> dict[str, float]:
+    row = problem.get_constraint_by_name(name)
+    assert row.sense == pulp.LpConstraintLE and row.constant == 0
+    return {v.name: c for v, c in row.items()}
+
+
+def _bought(problem: pulp.LpProblem) -> list[str]:
+    return sorted(c.name for c in problem.constraints() if c.name.startswith("bought_"))
+
+
+def test_a_tiny_buckets_slices_are_kept_on_bought_types_in_every_formulation() -> None:
+    """In slice counts (coefficients 1 and S), never rates; only where capacity (3) cannot see
+    the bucket's load (1e-8 req/s here), so other models stay as they were."""
+    tiny = INST.model_copy(update={"rates": [[2.0, 1e-8], [1.0, 3.0]]})
+    model = aggregated.build(tiny, [0, 1])
+    assert _bought(model.problem) == ["bought_n_i0_o1_t0", "bought_n_i0_o1_t1"]
+    assert _row(model.problem, "bought_n_i0_o1_t1") == {"n_i0_o1_t1": 1, "count_t1": -4}
+    model = paper.build(tiny, [0, 1])
+    expected = {f"a_i0_o1_s{s}_t1": 1 for s in range(4)} | {"count_t1": -4}
+    assert _row(model.problem, "bought_i0_o1_t1") == expected
+    model = routable.build(tiny, [0, 1])  # one row per type that takes input row 0
+    assert _bought(model.problem) == ["bought_y_i0_t0", "bought_y_i0_t1"]
+    assert _row(model.problem, "bought_y_i0_t0") == {"y_i0_t0": 1, "count_t0": -4}
+    for build in (aggregated.build, paper.build, routable.build):
+        assert _bought(build(INST, [0, 1]).problem) == []
 
 
 def test_builds_are_deterministic() -> None:

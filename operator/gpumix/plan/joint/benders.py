@@ -12,10 +12,15 @@ problem splits:
   variables;
 - each service's *routing LP* asks whether given counts can carry its traffic:
   ``min Σ_o t_o`` s.t. ``Σ_o x[b,o] = 1`` per bucket, ``Σ_b L[b,o]·x[b,o] − t_o ≤ y_o`` per
-  option, with ``L[b,o] = rate_b / MaxTput[o,b]`` (Mélange §5.4.2's load of the whole bucket).
-  When the overload ``Σ t`` is positive its dual gives a *routing cut*
-  ``Σ_o μ_o·y_o ≥ Σ_b min_o μ_o·L[b,o]``, valid for every count vector that can carry the
-  traffic (weak duality, checked by construction below, whatever the LP solver's accuracy).
+  option, ``x[b,o] ≤ y_o`` (shares only on options with a replica: the compact model's
+  ``add_bought_only``, which capacity alone does not enforce for a bucket whose load is below
+  the LP tolerance), with ``L[b,o] = rate_b / MaxTput[o,b]`` (Mélange §5.4.2's load of the whole
+  bucket, its slices counted as the compact model's ``capacity_loads`` counts them). When the
+  overload ``Σ t`` is positive its dual (row duals ``μ``, bound duals ``π``) gives a *routing
+  cut* ``Σ_o (μ_o + Σ_b π[b,o])·y_o ≥ Σ_b min_o (μ_o·L[b,o] + π[b,o])``, valid for every count
+  vector that can carry the traffic (weak duality, checked by construction below, whatever the
+  LP solver's accuracy). Counts that leave a bucket no replica at all get the *coverage cut*
+  ``Σ_{o serves b} y_o ≥ 1`` instead (also a row of the master).
 
 The cuts describe each service's feasible counts exactly (the projection of the compact model's
 capacity and assignment rows), so the loop — cut the master's LP relaxation first, then solve the
@@ -42,12 +47,17 @@ import pulp
 from gpumix.plan.instance import Bucket
 from gpumix.plan.joint import model as jm
 from gpumix.plan.joint.instance import JointInstance, PoolLimit, ServiceDemand
+from gpumix.plan.model import MIN_CAPACITY_LOAD, capacity_loads
 from gpumix.plan.result import SolveResult
 from gpumix.plan.solvers import highs_available, run
 
 FEASIBLE_OVERLOAD = 1e-7
 """Total overload (replica units) below which counts carry a service's traffic: the HiGHS LP
 tolerance, well inside the validator's ``LOAD_CHECK_TOL`` per option."""
+MIN_CUT_COEFFICIENT = MIN_CAPACITY_LOAD
+"""Least coefficient of a replica count in a routing cut (smaller ones are raised to it)."""
+COVER_TOL = 1e-9
+"""Shortfall of a bucket's coverage ``Σ_o min(1, y_o)`` below 1 that still counts as covered."""
 LP_PHASE_VIOLATION = 1e-3
 """Relative violation below which the LP phase stops adding cuts (the MIP phase adds any)."""
 SAVED_VIOLATION = 1e-6
@@ -81,12 +91,15 @@ class RoutingLP:
         self.buckets = service.buckets_with_traffic()
         self.pairs: list[tuple[Bucket, int]] = []
         self.loads: dict[tuple[Bucket, int], float] = {}
-        for b in self.buckets:
-            for o in options:
-                load = service.slice_load(o, b)
-                if load is not None:
-                    self.pairs.append((b, o))
-                    self.loads[b, o] = load * service.slice_factor
+        for o in options:
+            # Slice loads as the compact model's capacity rows count them (capacity_loads):
+            # a tiny bucket's load is then either clearly carried or clearly over.
+            served = [(b, service.slice_load(o, b)) for b in self.buckets]
+            row = [(b, load) for b, load in served if load is not None]
+            counted = capacity_loads([load for _, load in row])
+            for (b, _), load in zip(row, counted, strict=True):
+                self.loads[b, o] = load * service.slice_factor
+        self.pairs = [(b, o) for b in self.buckets for o in options if (b, o) in self.loads]
         n_b, n_o = len(self.buckets), len(options)
         h: Any = cast(Any, highspy).Highs()  # highspy's stubs lack the bulk calls used here
         h.setOptionValue("output_flag", False)
@@ -119,34 +132,75 @@ class RoutingLP:
         self.pair_option = np.array([option_row[o] - n_b for _, o in self.pairs], np.int64)
         self.pair_load = np.array([self.loads[pair] for pair in self.pairs])
         self.rows = np.array([option_row[o] for o in options], np.int32)
+        self.pair_cols = np.arange(n_o, n_cols, dtype=np.int32)
         self.n_b = n_b
         self._inf = inf
 
     def check(self, counts: dict[int, float]) -> tuple[float, Cut | None]:
-        """Overload of the best split under ``counts`` and, when positive, the routing cut."""
+        """Overload of the best split under ``counts`` and, when above
+        :data:`FEASIBLE_OVERLOAD`, the routing cut (``inf`` and no cut when the LP has no
+        answer: the caller gives up)."""
         if not self.buckets:
             return 0.0, None
         y = np.array([counts.get(o, 0.0) for o in self.options])
+        uncovered = self._uncovered(y)
+        if uncovered is not None:
+            return uncovered
         self.highs.changeRowsBounds(len(self.rows), self.rows, np.full(len(y), -self._inf), y)
+        # x[b,o] ≤ y_o where y_o < 1 (at 1 and above, Σ_o x[b,o] = 1 bounds it already).
+        y_pair = y[self.pair_option]
+        bounded = y_pair < 1.0
+        upper = np.where(bounded, y_pair, self._inf)
+        self.highs.changeColsBounds(
+            len(self.pair_cols), self.pair_cols, np.zeros(len(upper)), upper
+        )
         self.highs.run()
+        if self.highs.modelStatusToString(self.highs.getModelStatus()) != "Optimal":
+            return math.inf, None
         overload = float(self.highs.getInfo().objective_function_value)
         if overload <= FEASIBLE_OVERLOAD:
             return overload, None
-        duals = np.asarray(self.highs.getSolution().row_dual)
-        mu = np.maximum(0.0, -duals[self.n_b :])
-        # θ_b = min_o μ_o·L[b,o] makes (θ, μ) dual feasible, so the cut is valid by construction.
+        solution = self.highs.getSolution()
+        mu = np.maximum(0.0, -np.asarray(solution.row_dual)[self.n_b :])
+        col_dual = np.asarray(solution.col_dual)[len(self.options) :]
+        pi = np.where(bounded, np.maximum(0.0, -col_dual), 0.0)
+        # θ_b = min_o (μ_o·L[b,o] + π[b,o]) makes (θ, μ, π) dual feasible, and x[b,o] ≤ y_o
+        # holds wherever traffic is carried, so the cut is valid by construction.
         theta = np.full(self.n_b, np.inf)
-        np.minimum.at(theta, self.pair_bucket, mu[self.pair_option] * self.pair_load)
+        np.minimum.at(theta, self.pair_bucket, mu[self.pair_option] * self.pair_load + pi)
+        coefficients = mu.copy()
+        np.add.at(coefficients, self.pair_option, pi)
+        # Raising a coefficient only weakens the cut; a tiny one (a tiny bucket's π) is what
+        # HiGHS's presolve misreads next to whole replicas (see MIN_CAPACITY_LOAD).
+        coefficients = np.where(coefficients > 0, np.maximum(coefficients, MIN_CUT_COEFFICIENT), 0)
         rhs = float(theta.sum())
         return overload, Cut(
-            {o: float(m) for o, m in zip(self.options, mu, strict=True) if m > 0}, rhs
+            {o: float(c) for o, c in zip(self.options, coefficients, strict=True) if c > 0}, rhs
         )
 
+    def _uncovered(self, y: np.ndarray[Any, Any]) -> tuple[float, Cut] | None:
+        """The coverage cut of the first bucket that ``y`` leaves without a replica (the
+        shares ``x[b,o] ≤ y_o`` cannot sum to 1), with how much is missing."""
+        cover = np.zeros(self.n_b)
+        np.add.at(cover, self.pair_bucket, np.minimum(1.0, y[self.pair_option]))
+        short = np.flatnonzero(cover < 1.0 - COVER_TOL)
+        if not len(short):
+            return None
+        b = int(short[0])
+        options = {self.options[int(k)] for k in self.pair_option[self.pair_bucket == b]}
+        return 1.0 - float(cover[b]), Cut(dict.fromkeys(sorted(options), 1.0), 1.0)
+
     def shares(self) -> dict[tuple[Bucket, int], float]:
-        """``x[b,o]`` of the last solve (call after a feasible :meth:`check`)."""
+        """``x[b,o]`` of the last solve (call after a feasible :meth:`check`), each bucket's
+        scaled to sum to exactly 1: HiGHS's tolerances apply to its scaled LP, and a bucket
+        whose column is scaled up (a tiny load) may come back summing to 1 ± 1e-6."""
         values = self.highs.getSolution().col_value
         n_o = len(self.options)
-        return {pair: max(0.0, float(values[n_o + i])) for i, pair in enumerate(self.pairs)}
+        x = np.maximum(0.0, np.asarray(values[n_o:], dtype=float))
+        total = np.zeros(self.n_b)
+        np.add.at(total, self.pair_bucket, x)
+        x /= np.where(total > 0, total, 1.0)[self.pair_bucket]
+        return {pair: float(x[i]) for i, pair in enumerate(self.pairs)}
 
 
 _HIGHS_INF = 1e30
@@ -230,8 +284,10 @@ def solve_benders(
             counts = {o: v for (s, o), v in values.items() if s == si}
             if tuple(counts.values()) in carried[si]:
                 continue
-            _, cut = lp.check(counts)
+            overload, cut = lp.check(counts)
             if cut is None:
+                if overload > FEASIBLE_OVERLOAD:
+                    return None  # the routing LP had no answer
                 carried[si].add(tuple(counts.values()))
                 continue
             overloaded.add(si)

@@ -12,12 +12,17 @@ how its traffic is placed, in one of two forms:
   solves in a fraction of the time (``bench/joint.py``);
 - ``max-throughput``: Jiang §4.3's fractional assignment ``x`` scaled by the common throughput
   factor ``α`` (``x = α·x_Jiang``, which makes the makespan constraint (3) linear:
-  ``Σ_w x_{c,w} f_w / h_{c,w} ≤ y_c`` with ``T = 1/α``), with ``Σ_o x[s,b,o] = α``.
+  ``Σ_w x_{c,w} f_w / h_{c,w} ≤ y_c`` with ``T = 1/α``), with ``Σ_o x[s,b,o] = α``. Both are
+  held in units of an upper bound ``A`` on ``α`` (``alpha_scale``): then ``α/A`` is near 1 at
+  the optimum, so each bucket's row is in shares of the bucket as in the min-cost form, and a
+  solver tolerance of 1e-7 stays 1e-7 of the bucket however small ``α`` is.
 
-Constraint families: replica capacity (Mélange (3) / Jiang (3)), pool GPUs (Coral's availability
-constraint / Jiang (6)), budgets (Jiang (5), per service and cluster-wide), ``maxReplicas``,
-``minReplicas`` (hard, or with a shortfall ``m[s]`` minimised in its own stage), and the churn
-penalty's auxiliary ``a[s,o] ≥ y[s,o] − running[s,o]`` (Coral §4.3).
+Constraint families: replica capacity (Mélange (3) / Jiang (3)), traffic only on options with a
+replica (:func:`add_bought_only`; the replica-count master has its relaxation, a replica for
+every bucket, :func:`add_coverage`), pool GPUs (Coral's availability constraint / Jiang (6)),
+budgets (Jiang (5), per service and cluster-wide), ``maxReplicas``, ``minReplicas`` (hard, or
+with a shortfall ``m[s]`` minimised in its own stage), and the churn penalty's auxiliary
+``a[s,o] ≥ y[s,o] − running[s,o]`` (Coral §4.3).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import pulp
 
 from gpumix.plan.instance import Bucket
 from gpumix.plan.joint.instance import JointInstance, ServiceDemand
-from gpumix.plan.model import LOAD_TOL
+from gpumix.plan.model import capacity_loads
 
 Key = tuple[int, int]
 """(service index, option index)."""
@@ -46,7 +51,9 @@ class JointModel:
     short: dict[int, pulp.LpVariable] = field(default_factory=dict)
     """Replicas each service falls short of its ``minReplicas`` (soft form only)."""
     alpha: pulp.LpVariable | None = None
-    """The throughput factor of the max-throughput form."""
+    """The throughput factor of the max-throughput form, in units of ``alpha_scale``."""
+    alpha_scale: float = 1.0
+    """``A``: ``α = A·alpha`` and ``x = A·placement`` (max-throughput form)."""
 
 
 def _upper(instance: JointInstance, service: ServiceDemand, o: int) -> int | None:
@@ -160,26 +167,80 @@ def add_fractional_placement(
     return placement
 
 
-def placement_load(
-    instance: JointInstance, key: PlaceKey, var: pulp.LpVariable, fractional: bool
-) -> pulp.LpAffineExpression:
-    """Replica-units of load a placement variable puts on its option (Mélange §5.4.2)."""
-    si, b, o = key
-    service = instance.services[si]
-    load = service.slice_load(o, b)
-    assert load is not None, "placement only holds servable (bucket, option) pairs"
-    return (load * service.slice_factor if fractional else load) * var
+def placement_loads(instance: JointInstance, model: JointModel) -> dict[PlaceKey, float]:
+    """Replica-units of load per unit of each placement variable (Mélange §5.4.2): per slice
+    (min-cost) or per share of the bucket at throughput ``A`` (max-throughput), as
+    :func:`~gpumix.plan.model.capacity_loads` counts them in each option's row."""
+    raw: dict[Key, dict[PlaceKey, float]] = {}
+    for key in model.placement:
+        si, b, o = key
+        service = instance.services[si]
+        load = service.slice_load(o, b)
+        assert load is not None, "placement only holds servable (bucket, option) pairs"
+        if model.alpha is not None:
+            load *= service.slice_factor * model.alpha_scale
+        raw.setdefault((si, o), {})[key] = load
+    out: dict[PlaceKey, float] = {}
+    for row in raw.values():
+        out.update(zip(row, capacity_loads(list(row.values())), strict=True))
+    return out
 
 
 def add_capacity(problem: pulp.LpProblem, instance: JointInstance, model: JointModel) -> None:
-    """Mélange (3) per option: placed load ≤ replicas (each replica has capacity 1)."""
-    fractional = model.alpha is not None
+    """Mélange (3) per option: placed load ≤ replicas (each replica has capacity 1).
+
+    No slack on the right-hand side (the single-service model's ``LOAD_TOL``): beside
+    :func:`add_bought_only`'s rows, a right-hand side of 1e-9 made HiGHS 1.16's presolve return
+    a dearer plan as optimal (one service, three options: 0.51 $/h instead of 0.50, found by
+    ``test_joint_benders``'s property test), and the solver's feasibility tolerance (1e-7)
+    already absorbs a load sum one ulp above a whole number."""
+    loads = placement_loads(instance, model)
     terms: dict[Key, list[pulp.LpAffineExpression]] = {k: [] for k in model.counts}
     for key, var in model.placement.items():
-        terms[key[0], key[2]].append(placement_load(instance, key, var, fractional))
+        terms[key[0], key[2]].append(loads[key] * var)
     for (si, o), count in model.counts.items():
         if terms[si, o]:
-            problem += pulp.lpSum(terms[si, o]) - count <= LOAD_TOL, f"capacity_s{si}_o{o}"
+            problem += pulp.lpSum(terms[si, o]) - count <= 0, f"capacity_s{si}_o{o}"
+
+
+def add_bought_only(
+    problem: pulp.LpProblem, instance: JointInstance, model: JointModel, bounded: bool
+) -> None:
+    """A bucket's traffic only on options with a replica: its share there ``≤ y[s,o]``.
+
+    Capacity (3) implies it in exact arithmetic (traffic on an option loads it, and a load
+    above 0 needs a whole replica) but not within solver tolerances: a bucket of 1e-8 req/s
+    loads any option less than HiGHS's feasibility tolerance (1e-7), so (3) alone lets it sit
+    on an option with no replica (Mélange §5.4.2's loads are absolute; this row is in shares of
+    the bucket). Min-cost: ``n[s,b,o] / S ≤ y[s,o]``. Max-throughput: ``x[s,b,o] / A ≤ y[s,o]``,
+    valid when ``A ≥ α`` on every plan (``bounded``: ``alpha_scale`` is such a bound), since
+    ``x / α`` is the share; without that, no rows (the solve that finds the bound).
+    """
+    if model.alpha is not None and not bounded:
+        return
+    for (si, b, o), var in model.placement.items():
+        slices = 1.0 if model.alpha is not None else instance.services[si].slice_factor
+        name = f"bought_s{si}_i{b[0]}_o{b[1]}_t{o}"
+        problem += (1 / slices) * var - model.counts[si, o] <= 0, name
+
+
+def add_coverage(
+    problem: pulp.LpProblem, instance: JointInstance, model: JointModel, pruned: set[Key]
+) -> None:
+    """A replica for every bucket with traffic: ``Σ_{o serves b} y[s,o] ≥ 1``.
+
+    What :func:`add_bought_only` and the assignment rows imply for the counts alone, so the
+    replica-count master (no traffic split) has it too: then every bucket has somewhere to go
+    in :class:`gpumix.plan.joint.benders.RoutingLP`, however little traffic it has.
+    """
+    for si, service in enumerate(instance.services):
+        for b in service.buckets_with_traffic():
+            row = [
+                model.counts[si, o]
+                for o in range(len(service.options))
+                if (si, o) not in pruned and service.slice_load(o, b) is not None
+            ]
+            problem += pulp.lpSum(row) >= 1, f"cover_s{si}_i{b[0]}_o{b[1]}"
 
 
 def pinned_gpus(instance: JointInstance, pool: str) -> int:
@@ -327,21 +388,30 @@ def build(
     prune: bool = True,
     routing: bool = True,
     soft_min: bool = False,
+    alpha_bound: float | None = None,
 ) -> JointModel:
     """The compact model; ``routing=False`` leaves out the traffic split (placement and
-    capacity rows): the replica-count master of :mod:`gpumix.plan.joint.benders`;
-    ``soft_min`` lets services fall short of ``minReplicas`` (:func:`add_min_replicas`)."""
+    capacity rows): the replica-count master of :mod:`gpumix.plan.joint.benders`, which gets
+    :func:`add_coverage` instead; ``soft_min`` lets services fall short of ``minReplicas``
+    (:func:`add_min_replicas`). ``alpha_bound`` (max-throughput): an upper bound on ``α`` over
+    every plan, the model's unit of ``α`` (without one: unit 1, no :func:`add_bought_only`)."""
     sense = pulp.LpMaximize if fractional else pulp.LpMinimize
     problem = pulp.LpProblem("gpumix_joint", sense)
     pruned = dominated(instance) if prune else set()
     counts = add_counts(problem, instance, pruned)
     model = JointModel(problem=problem, counts=counts, placement={})
+    bounded = alpha_bound is not None and alpha_bound > 0
     if fractional:
-        model.alpha = problem.add_variable("alpha", lowBound=0, upBound=ALPHA_CAP)
+        model.alpha_scale = alpha_bound if alpha_bound is not None and bounded else 1.0
+        cap = ALPHA_CAP / model.alpha_scale
+        model.alpha = problem.add_variable("alpha", lowBound=0, upBound=cap)
         model.placement = add_fractional_placement(problem, instance, model.alpha, pruned)
     elif routing:
         model.placement, model.unserved = add_slice_placement(problem, instance, partial, pruned)
+    else:
+        add_coverage(problem, instance, model, pruned)
     add_capacity(problem, instance, model)
+    add_bought_only(problem, instance, model, bounded)
     add_pool_limits(problem, instance, model)
     add_budgets(problem, instance, model)
     add_max_replicas(problem, instance, model)

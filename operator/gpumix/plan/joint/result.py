@@ -60,4 +60,5 @@ class JointAllocation(BaseModel):
     """The last solve; ``seconds`` is the sum over all stages."""
     stages: list[SolveResult]
     """Each solve in order: full service, then (if needed) unserved interactive, unserved batch,
-    replicas short of minReplicas, then cost; or max α, (minReplicas,) then cost."""
+    replicas short of minReplicas, then cost; or the LP bound on α, max α, (minReplicas,) then
+    cost."""

@@ -310,17 +310,41 @@ def _min_cost(
     return _read(instance, model, stages, Objective.MIN_COST)
 
 
+ALPHA_MARGIN = 0.01
+"""Relative head-room on the LP bound of ``α``: far above the LP's tolerance, and harmless,
+as the bound only scales the model (``x / A`` is the share times ``α / A``, near 1)."""
+
+
+def _alpha_bound(
+    instance: JointInstance, solver: SolverName, limit: float, stages: list[SolveResult]
+) -> float:
+    """An upper bound on ``α`` over every plan: the optimum of the LP relaxation (replica
+    counts continuous, no :func:`~gpumix.plan.joint.model.add_bought_only` rows), with
+    :data:`ALPHA_MARGIN` for the LP's tolerance; 0 when no plan serves anything."""
+    relaxed = jm.build(instance, fractional=True, partial=False, soft_min=True)
+    assert relaxed.alpha is not None
+    for var in relaxed.counts.values():
+        var.cat = pulp.LpContinuous
+    relaxed.problem.setObjective(pulp.lpSum([relaxed.alpha]))
+    result = _solve(relaxed, solver, limit, 0.0, stages)
+    if result.status == "infeasible":
+        raise SolverError(result.model_copy(update={"message": "max-throughput infeasible"}))
+    return float(relaxed.alpha.value() or 0.0) * (1 + ALPHA_MARGIN)
+
+
 def _max_throughput(
     instance: JointInstance, solver: SolverName, limit: float, gap: float
 ) -> JointAllocation:
     stages: list[SolveResult] = []
-    model = jm.build(instance, fractional=True, partial=False, soft_min=True)
+    bound = _alpha_bound(instance, solver, limit, stages)
+    model = jm.build(instance, fractional=True, partial=False, soft_min=True, alpha_bound=bound)
     assert model.alpha is not None
     model.problem.setObjective(pulp.lpSum([model.alpha]))
     result = _solve(model, solver, limit, gap, stages)
     if result.status == "infeasible":
         raise SolverError(result.model_copy(update={"message": "max-throughput infeasible"}))
     best = float(model.alpha.value() or 0.0)
+    stages[-1] = result.model_copy(update={"objective": best * model.alpha_scale})  # α, not α/A
     model.problem += -model.alpha <= -best * (1 - STAGE_TOL), "keep_alpha"
     fixed = ["keep_alpha"]
     model.problem.sense = pulp.LpMinimize
@@ -349,11 +373,14 @@ class _Values:
 
 
 def _values(model: jm.JointModel) -> _Values:
+    """The solution in the instance's units (``α`` and ``x`` times the model's ``A``)."""
+    scale = model.alpha_scale
+    alpha = None if model.alpha is None else scale * float(model.alpha.value() or 0.0)
     return _Values(
         counts={k: round(v.value() or 0.0) for k, v in model.counts.items()},
-        placement={k: v.value() or 0.0 for k, v in model.placement.items()},
+        placement={k: scale * (v.value() or 0.0) for k, v in model.placement.items()},
         unserved={k: u.value() or 0.0 for k, u in model.unserved.items()},
-        alpha=float(model.alpha.value() or 0.0) if model.alpha is not None else None,
+        alpha=alpha,
     )
 
 

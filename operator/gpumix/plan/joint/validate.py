@@ -2,8 +2,9 @@
 
 Every property the issue asks of a plan is checked here, so tests and the operator catch a
 modelling bug before it reaches a cluster: pools never exceeded, budgets respected, every served
-bucket only on options that meet the SLO, load within replicas, shares + unserved = 1, never
-fewer replicas than ``minReplicas`` without a reason.
+bucket only on options that meet the SLO, load within replicas, each bucket's traffic fully on
+options with a replica or reported unserved (relative to that bucket's demand, however small),
+never fewer replicas than ``minReplicas`` without a reason.
 """
 
 from __future__ import annotations
@@ -12,15 +13,17 @@ import math
 
 from gpumix.plan.joint.instance import JointInstance, Objective
 from gpumix.plan.joint.result import JointAllocation
-from gpumix.plan.validate import LOAD_CHECK_TOL
+from gpumix.plan.validate import ASSIGN_REL_TOL, LOAD_CHECK_TOL
 
 MONEY_TOL = 1e-6
 
 
 def validate_joint(instance: JointInstance, plan: JointAllocation) -> list[str]:
-    problems: list[str] = []
     if sorted(plan.services) != sorted(s.name for s in instance.services):
         return [f"plan covers services {sorted(plan.services)}"]
+    problems = _shape_problems(instance, plan)
+    if problems:
+        return problems  # pools and costs cannot be added up over a malformed plan
     pool_use = {p.name: 0 for p in instance.pools}
     pinned = dict.fromkeys(pool_use, 0)
     total = 0.0
@@ -29,12 +32,11 @@ def validate_joint(instance: JointInstance, plan: JointAllocation) -> list[str]:
     served = 1.0 if min_cost else (plan.throughput_scale or 0.0)  # max-throughput: α × demand
     for service in instance.services:
         alloc = plan.services[service.name]
-        names = [o.name for o in service.options]
-        if sorted(alloc.counts) != sorted(names) or sorted(alloc.share) != sorted(names):
-            problems.append(f"{service.name}: options {sorted(alloc.counts)} != {sorted(names)}")
-            continue
         rows, cols = service.shape
         totals = [list(row) for row in alloc.unserved]
+        # Unserved plus the shares on options with a replica: 1 for a bucket with traffic.
+        placed = [list(row) for row in alloc.unserved]
+        idle: dict[tuple[int, int], list[str]] = {}
         cost = 0.0
         pinned_cost = 0.0
         for o, option in enumerate(service.options):
@@ -55,6 +57,10 @@ def validate_joint(instance: JointInstance, plan: JointAllocation) -> list[str]:
                     if fraction == 0:
                         continue
                     totals[i][j] += fraction
+                    if count >= 1:
+                        placed[i][j] += fraction
+                    else:
+                        idle.setdefault((i, j), []).append(f"{option.name} holds {fraction:.3g}")
                     if fraction < 0:
                         problems.append(f"{where} bucket ({i}, {j}): negative share")
                     s_factor = service.slice_factor
@@ -63,7 +69,7 @@ def validate_joint(instance: JointInstance, plan: JointAllocation) -> list[str]:
                         problems.append(f"{where} bucket ({i}, {j}): routed where SLO is missed")
                         continue
                     load += served * fraction * s_factor * slice_load
-            if load > count + LOAD_CHECK_TOL:
+            if count >= 0 and load > count + LOAD_CHECK_TOL * max(1, count):
                 problems.append(f"{where}: load {load:.9g} exceeds {count} replicas")
             if not math.isclose(load, alloc.load[option.name], rel_tol=1e-6, abs_tol=1e-6):
                 problems.append(f"{where}: reported load {alloc.load[option.name]} != {load}")
@@ -75,9 +81,12 @@ def validate_joint(instance: JointInstance, plan: JointAllocation) -> list[str]:
             for j in range(cols):
                 rate = service.rates[i][j]
                 unserved_rate += alloc.unserved[i][j] * rate
-                if rate > 0 and not math.isclose(totals[i][j], 1.0, abs_tol=1e-6):
+                if rate > 0 and abs(placed[i][j] - 1.0) > ASSIGN_REL_TOL:
+                    where = "; ".join(idle.get((i, j), []))
                     problems.append(
-                        f"{service.name} bucket ({i}, {j}): shares + unserved = {totals[i][j]}"
+                        f"{service.name} bucket ({i}, {j}): {placed[i][j] * rate:.6g} of its "
+                        f"{rate:.6g} req/s placed on options with replicas or reported unserved"
+                        + (f" ({where}, with no replica)" if where else "")
                     )
                 if rate == 0 and scale and totals[i][j] != 0:
                     problems.append(f"{service.name} bucket ({i}, {j}): traffic on an empty bucket")
@@ -110,4 +119,15 @@ def validate_joint(instance: JointInstance, plan: JointAllocation) -> list[str]:
         problems.append(f"cluster: {total:.4f} $/h over the budget {budget}")
     if not math.isclose(total, plan.cost_per_hour, rel_tol=1e-9, abs_tol=1e-9):
         problems.append(f"cost_per_hour {plan.cost_per_hour} != {total}")
+    return problems
+
+
+def _shape_problems(instance: JointInstance, plan: JointAllocation) -> list[str]:
+    """Every service's plan names exactly its options."""
+    problems = []
+    for service in instance.services:
+        alloc = plan.services[service.name]
+        names = sorted(o.name for o in service.options)
+        if sorted(alloc.counts) != names or sorted(alloc.share) != names:
+            problems.append(f"{service.name}: options {sorted(alloc.counts)} != {names}")
     return problems
