@@ -25,6 +25,8 @@ from gpumix.route.watch import start_watches
 
 log = logging.getLogger("gpumix.route")
 
+ADMIN_PORT = 8001
+"""The router's admin API (what the KV loop migrates through), apart from the served port."""
 BACKLOG = 2048
 """Pending connections the kernel queues for the router (aiohttp's default is 128)."""
 
@@ -80,6 +82,13 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         default=256,
         help="requests one pod may hold before its pool answers 429 (default: 256)",
     )
+    route.add_argument(
+        "--admin-port",
+        type=tcp_port,
+        default=ADMIN_PORT,
+        help=f"port of the admin API the KV loop migrates through (/admin/inflight, "
+        f"/admin/migrate; default {ADMIN_PORT}; 0: none, and streams are relayed as they come)",
+    )
     route.add_argument("--log-format", choices=["plain", "json"], default="json")
     route.set_defaults(func=run_router)
 
@@ -104,7 +113,7 @@ def run_router(args: argparse.Namespace) -> int:
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,
     )
     logging.getLogger("gpumix").setLevel(logging.INFO)
-    proxy = Proxy(max_inflight=args.max_inflight_per_pod)
+    proxy = Proxy(max_inflight=args.max_inflight_per_pod, migration=args.admin_port != 0)
     if static:
         table = _static_table(args.routing_file)
         unknown = sorted({pool for pool, _ in args.engine} - set(table.pools))
@@ -133,15 +142,23 @@ async def _serve(proxy: Proxy, args: argparse.Namespace) -> None:
     # kernel drops the connection and the client retries 1 s later).
     await web.TCPSite(runner, args.bind, args.port, backlog=BACKLOG).start()
     log.info("routing on %s:%d", args.bind, args.port)
-    await until_signalled(runner)
+    if args.admin_port:
+        admin = web.AppRunner(proxy.admin_app(), access_log=None)
+        await admin.setup()
+        await web.TCPSite(admin, args.bind, args.admin_port).start()
+        log.info("admin API on %s:%d", args.bind, args.admin_port)
+        await until_signalled(runner, admin)
+    else:
+        await until_signalled(runner)
 
 
-async def until_signalled(runner: web.BaseRunner) -> None:
-    """Serve until SIGTERM or SIGINT, then let requests in flight finish (the runner's
+async def until_signalled(*runners: web.BaseRunner) -> None:
+    """Serve until SIGTERM or SIGINT, then let requests in flight finish (each runner's
     shutdown timeout) and stop."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await runner.cleanup()
+    for runner in runners:
+        await runner.cleanup()

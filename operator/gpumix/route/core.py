@@ -103,7 +103,13 @@ class RoutingCore:
         pod = min(candidates, key=lambda p: (ledger.tokens(p), ledger.requests(p), p))
         if retried is not None:
             ledger.remove(rid)
-        flight = Flight(pod=pod, prompt=prompt_tokens, predicted_output=predicted_output, pool=pool)
+        flight = Flight(
+            pod=pod,
+            prompt=prompt_tokens,
+            predicted_output=predicted_output,
+            pool=pool,
+            max_tokens=max_tokens,
+        )
         ledger.add(rid, flight)
         return Decision(pool, pod, i, j, predicted_output)
 

@@ -2,7 +2,8 @@
 
 The router knows every request it sent and every token that came back, so it knows each pod's
 load without asking the engine: requests, and tokens held in KV cache (prompt + generated).
-Pod choice reads it; the KV-cache scheduler will read it instead of an engine endpoint.
+Pod choice reads it, and so does the KV-cache scheduler (the router's ``/admin/inflight``),
+instead of an engine endpoint.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ class Flight:
     predicted_output: float
     generated: int = 0
     pool: str = ""
+    max_tokens: int | None = None
 
     @property
     def tokens(self) -> int:
@@ -55,6 +57,15 @@ class Ledger:
             self._requests[flight.pod] -= 1
         return flight
 
+    def move(self, rid: str, pod: str, pool: str) -> None:
+        """``rid`` now runs on ``pod`` (a migration): its whole footprint moves with it."""
+        flight = self._flights[rid]
+        self._tokens[flight.pod] -= flight.tokens
+        self._requests[flight.pod] -= 1
+        flight.pod, flight.pool = pod, pool
+        self._tokens[pod] += flight.tokens
+        self._requests[pod] += 1
+
     def get(self, rid: str) -> Flight | None:
         return self._flights.get(rid)
 
@@ -63,6 +74,16 @@ class Ledger:
 
     def requests(self, pod: str) -> int:
         return self._requests.get(pod, 0)
+
+    def items(self) -> list[tuple[str, Flight]]:
+        return list(self._flights.items())
+
+    def per_pod(self) -> dict[tuple[str, str], int]:
+        """Requests in flight per (pool, pod)."""
+        out: defaultdict[tuple[str, str], int] = defaultdict(int)
+        for flight in self._flights.values():
+            out[flight.pool, flight.pod] += 1
+        return dict(out)
 
     def on(self, pod: str) -> dict[str, Flight]:
         return {rid: f for rid, f in self._flights.items() if f.pod == pod}

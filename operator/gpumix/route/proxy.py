@@ -9,25 +9,36 @@ chunk is retried on another pod; after it, a failure ends the stream with an err
 server does. A client that disconnects cancels its handler, which closes the engine connection, and
 vLLM aborts a request whose connection closes. When every pod of the planned pool holds its
 in-flight limit, the router answers 429 rather than queue where the plan has no room.
+
+Streams that can be continued exactly (:func:`gpumix.route.continuation.refusal`) are relayed
+by a :class:`~gpumix.route.relay.Relay`, which can move them to another pod mid-answer; the
+admin app (its own port, not behind the Service) lists what is in flight per pod and takes
+moves: the MELL KV loop's way to migrate on stock vLLM (issue #16).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
+from gpumix.route.body import error_body, max_tokens_of, prompt_tokens_given
+from gpumix.route.continuation import Progress, refusal, with_token_ids
 from gpumix.route.core import Decision, PoolFullError, RoutingCore
 from gpumix.route.engines import Engines
 from gpumix.route.predict import histogram_prior
+from gpumix.route.relay import Leg, MoveResult, Relay
 from gpumix.route.table import RoutingTable
 
 log = logging.getLogger("gpumix.route")
@@ -41,7 +52,11 @@ _RECENT = 8192
 """Bytes of a stream's end kept to read the usage chunk from."""
 _EVENT = b"data:"
 
+MOVE_TIMEOUT_S = 60.0
+"""How long a move request waits for the target's first token before answering 'pending'."""
+
 _FAST = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.5)
+_SLOW = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class RouterMetrics:
@@ -75,12 +90,6 @@ class RouterMetrics:
             buckets=_FAST,
             registry=registry,
         )
-        self.inflight = Gauge(
-            "gpumix_router_inflight_requests",
-            "Requests in flight through this router replica, per engine pod.",
-            ["pool", "pod"],
-            registry=registry,
-        )
         self.retries = Counter(
             "gpumix_router_retries",
             "Requests sent to another pod because one failed before answering.",
@@ -98,40 +107,62 @@ class RouterMetrics:
             "Prompts whose length was estimated from their bytes because no engine tokenized.",
             registry=registry,
         )
+        self.migrations = Counter(
+            "gpumix_router_migrations",
+            "Move requests by outcome: migrated, refused (see the refusals counter), failed "
+            "(the target failed before its first token; the source carried on) or finished "
+            "(the answer ended first).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.refusals = Counter(
+            "gpumix_router_migration_refusals",
+            "Move requests refused, by why the stream cannot be continued exactly elsewhere.",
+            ["reason"],
+            registry=registry,
+        )
+        self.blackout = Histogram(
+            "gpumix_router_migration_blackout_seconds",
+            "Client-visible gap of a migration: last event before it to the target's first.",
+            buckets=_SLOW,
+            registry=registry,
+        )
+        self.migration_prefill = Histogram(
+            "gpumix_router_migration_prefill_seconds",
+            "Continuation request to its first event on the target: its re-prefill.",
+            buckets=_SLOW,
+            registry=registry,
+        )
+
+
+class _Inflight(Collector):
+    """``gpumix_router_inflight_requests`` read from the ledger at scrape time, so a request
+    that migrates is counted on the pod it runs on."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauge = GaugeMetricFamily(
+            "gpumix_router_inflight_requests",
+            "Requests in flight through this router replica, per engine pod.",
+            labels=["pool", "pod"],
+        )
+        core = self.proxy.core
+        if core is not None:
+            for (pool, pod), n in sorted(core.ledger.per_pod().items()):
+                gauge.add_metric([pool, pod], n)
+        yield gauge
 
 
 class _EngineFailedError(Exception):
     """An engine failed before its first byte reached the client: the request may go elsewhere."""
 
 
-def error_body(message: str, code: int, kind: str, param: str | None = None) -> dict[str, Any]:
-    """An error as vLLM's OpenAI server answers one."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
 def _error(
     message: str, code: int, kind: str, headers: Mapping[str, str] | None = None
 ) -> web.Response:
     return web.json_response(error_body(message, code, kind), status=code, headers=headers)
-
-
-def max_tokens_of(body: Mapping[str, Any]) -> int | None:
-    """The answer's length cap, in the field the request uses (chat's newer name first)."""
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = body.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
-def prompt_tokens_given(body: Mapping[str, Any]) -> int | None:
-    """The prompt's length when it is token IDs (one list, or a batch of lists); else None."""
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return len(prompt)
-    if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
-        return sum(len(p) for p in prompt)
-    return None
 
 
 def _estimate(body: Mapping[str, Any]) -> int:
@@ -147,10 +178,20 @@ class Proxy:
     next request, and requests in flight stay where they are."""
 
     def __init__(
-        self, *, max_inflight: int | None = None, registry: CollectorRegistry | None = None
+        self,
+        *,
+        max_inflight: int | None = None,
+        migration: bool = True,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.max_inflight = max_inflight
+        self.migration = migration
         self.metrics = RouterMetrics(registry or CollectorRegistry())
+        self.metrics.registry.register(_Inflight(self))
+        self.relays: dict[str, Relay] = {}
+        """Streams in flight that can move, by request id."""
+        self.unmovable: dict[str, str] = {}
+        """Other requests in flight: why each cannot move."""
         self.table: RoutingTable | None = None
         self.engines: Engines = {}
         self.urls: dict[str, str] = {}
@@ -212,6 +253,13 @@ class Proxy:
         app.cleanup_ctx.append(self._client)
         return app
 
+    def admin_app(self) -> web.Application:
+        """What the KV loop talks to: on a port of its own, which the Service does not expose."""
+        app = web.Application()
+        app.router.add_get("/admin/inflight", self.inflight)
+        app.router.add_post("/admin/migrate", self.move)
+        return app
+
     async def _client(self, _: web.Application) -> Any:
         # One pool of keep-alive connections to the engines; no total timeout (streams last as
         # long as the answer), a bounded connect so a dead pod is retried quickly.
@@ -253,6 +301,69 @@ class Proxy:
                 continue
         return _error("no engine answered /v1/models", 503, "ServiceUnavailableError")
 
+    async def inflight(self, _: web.Request) -> web.Response:
+        """Every request in flight through this replica, per pod of the plan: the ledger the KV
+        loop schedules from (tokens as the router has relayed them), and whether each can move."""
+        core = self.core
+        pods: dict[str, dict[str, Any]] = {}
+        if core is not None:
+            for pool, names in sorted(core.pods.items()):
+                for pod in names:
+                    pods[pod] = {"pool": pool, "requests": []}
+            for rid, flight in sorted(core.ledger.items()):
+                entry = pods.setdefault(flight.pod, {"pool": flight.pool, "requests": []})
+                relay = self.relays.get(rid)
+                why = relay.refusal() if relay else self.unmovable.get(rid, "not-streaming-yet")
+                entry["requests"].append({
+                    "id": rid,
+                    "prompt_tokens": flight.prompt,
+                    "generated_tokens": flight.generated,
+                    "kv_tokens": flight.tokens,
+                    "max_tokens": flight.max_tokens,
+                    "movable": why is None,
+                    "refusal": why,
+                })  # fmt: skip
+        return web.json_response({"pods": pods})
+
+    async def move(self, request: web.Request) -> web.Response:
+        """``{"id", "to"}``: continue request ``id`` on pod ``to``. 200 when it moved, 409 when it
+        cannot (the reason), 502 when the target failed (the request stays where it was), 504
+        when the target has not answered within ``MOVE_TIMEOUT_S`` (the move goes on)."""
+        try:
+            body = await request.json()
+            rid, pod = body["id"], body["to"]
+            if not isinstance(rid, str) or not isinstance(pod, str):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            return _error('the body must be {"id": str, "to": str}', 400, "BadRequestError")
+        core = self.core
+        pool = next((p for p, names in core.pods.items() if pod in names), None) if core else None
+        if pool is None:
+            return _error(f"pod {pod!r} is not a ready pod of the plan", 400, "BadRequestError")
+        flight = core.ledger.get(rid) if core else None
+        if flight is None:
+            return _error(f"request {rid!r} is not in flight here", 404, "NotFoundError")
+        relay = self.relays.get(rid)
+        if relay is None:
+            result = MoveResult("refused", flight.pod, pod, self.unmovable.get(rid, "not-ready"))
+        else:
+            try:
+                result = await asyncio.wait_for(
+                    asyncio.shield(relay.request_move(pod, pool)), MOVE_TIMEOUT_S
+                )
+            except TimeoutError:
+                return web.json_response({"outcome": "pending", "from": flight.pod, "to": pod},
+                                         status=504)  # fmt: skip
+        self.metrics.migrations.labels(result.outcome).inc()
+        if result.outcome == "refused" and result.reason:
+            self.metrics.refusals.labels(result.reason).inc()
+        if result.outcome == "migrated":
+            self.metrics.blackout.observe(result.blackout_s or 0.0)
+            self.metrics.migration_prefill.observe(result.prefill_s or 0.0)
+        log.info("move", extra={"request": rid, **result.body()})
+        status = {"migrated": 200, "failed": 502}.get(result.outcome, 409)
+        return web.json_response(result.body(), status=status)
+
     async def forward(self, request: web.Request) -> web.StreamResponse:
         start = time.perf_counter()
         raw = await request.read()
@@ -271,11 +382,27 @@ class Proxy:
         if prompt is None:
             prompt = await self._tokenize(body)
         rid = f"r{next(self._ids)}"
+        chat = request.path.endswith("/chat/completions")
+        why = refusal(body, chat) if self.migration else "migration-off"
+        progress = None
+        if why is None:
+            options = body.get("stream_options") or {}
+            progress = Progress(
+                chat=chat,
+                body=body,
+                client_ids=bool(body.get("return_token_ids")),
+                include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
+            )
+            raw = json.dumps(with_token_ids(body)).encode()
+        else:
+            self.unmovable[rid] = why
         try:
             return await self._relay(
-                request=request, rid=rid, raw=raw, body=body, prompt=prompt, start=start
-            )
+                request=request, rid=rid, raw=raw, body=body, progress=progress, prompt=prompt,
+                start=start,
+            )  # fmt: skip
         finally:
+            self.unmovable.pop(rid, None)
             core = self.core
             if core is not None and core.ledger.get(rid) is not None:
                 core.finish(rid, None)
@@ -287,6 +414,7 @@ class Proxy:
         rid: str,
         raw: bytes,
         body: dict[str, Any],
+        progress: Progress | None,
         prompt: int,
         start: float,
     ) -> web.StreamResponse:
@@ -309,8 +437,6 @@ class Proxy:
                 return self._count(
                     _error("no engine pod left to try", 503, "ServiceUnavailableError")
                 )
-            gauge = self.metrics.inflight.labels(decision.pool, decision.pod)
-            gauge.inc()
             try:
                 return await self._attempt(
                     request=request,
@@ -318,6 +444,7 @@ class Proxy:
                     raw=raw,
                     headers=headers,
                     decision=decision,
+                    progress=progress,
                     start=start,
                 )
             except _EngineFailedError as failed:
@@ -329,8 +456,6 @@ class Proxy:
                 )
                 if len(exclude) >= MAX_ATTEMPTS:
                     return self._count(_error(f"engines failed: {failed}", 502, "BadGatewayError"))
-            finally:
-                gauge.dec()
 
     async def _attempt(
         self,
@@ -340,6 +465,7 @@ class Proxy:
         raw: bytes,
         headers: dict[str, str],
         decision: Decision,
+        progress: Progress | None,
         start: float,
     ) -> web.StreamResponse:
         core = self.core
@@ -371,7 +497,7 @@ class Proxy:
                     headers={**extra, "Content-Type": content_type},
                 )
                 if upstream.status == 200:
-                    self._completed(rid, decision, _usage_tokens(answer))
+                    self._completed(rid, _usage_tokens(answer))
                 self.metrics.added_ttft.observe(sent - start)
                 return self._count(out)
             response = web.StreamResponse(
@@ -379,6 +505,20 @@ class Proxy:
                 headers={**extra, "Content-Type": content_type, "Cache-Control": "no-cache"},
             )
             await response.prepare(request)
+            if progress is not None and upstream.status == 200:
+                self.metrics.added_ttft.observe(sent - start + time.perf_counter() - received)
+                leg = Leg(pod=decision.pod, pool=decision.pool, upstream=upstream, sent=sent)
+                relay = Relay(rid=rid, progress=progress, response=response, core=core,
+                              session=self.session, urls=self.urls, headers=headers)  # fmt: skip
+                self.relays[rid] = relay
+                try:
+                    done = await relay.run(leg, first)
+                finally:
+                    del self.relays[rid]
+                tokens = len(progress.generated_ids)
+                return await self._end_stream(
+                    response, rid=rid, leg=relay.current, done=done, tokens=tokens, status="200"
+                )
             await response.write(first)
             self.metrics.added_ttft.observe(sent - start + time.perf_counter() - received)
             events, done, tail = _events(first, b"")
@@ -396,27 +536,41 @@ class Proxy:
                     "engine failed mid-stream",
                     extra={"request": rid, "pod": decision.pod, "error": type(err).__name__},
                 )
-            if not done:
-                message = f"engine {decision.pod} stopped before the answer ended"
-                await response.write(
-                    b"data: "
-                    + json.dumps(error_body(message, 502, "BadGatewayError")).encode()
-                    + b"\n\n"
-                    + _DONE
-                    + b"\n\n"
-                )
-                self.metrics.responses.labels("502").inc()
-            else:
-                self._completed(rid, decision, _usage_tokens(recent) or events)
-                self.metrics.responses.labels(str(upstream.status)).inc()
-            await response.write_eof()
-            return response
+            tokens = _usage_tokens(recent) or events
+            leg = Leg(pod=decision.pod, pool=decision.pool)
+            return await self._end_stream(
+                response, rid=rid, leg=leg, done=done, tokens=tokens, status=str(upstream.status)
+            )
         finally:
             # Back to the pool when read to the end; otherwise (client gone, engine failed) the
             # connection closes, which is how vLLM learns to abort the request.
             upstream.release()
 
-    def _completed(self, rid: str, decision: Decision, output_tokens: int | None) -> None:
+    async def _end_stream(
+        self,
+        response: web.StreamResponse,
+        *,
+        rid: str,
+        leg: Leg | None,
+        done: bool,
+        tokens: int,
+        status: str,
+    ) -> web.StreamResponse:
+        """Close a stream: counted when it ended with ``[DONE]``, else an error event (as vLLM's
+        server ends a stream it cannot finish) and ``[DONE]``."""
+        if done:
+            self._completed(rid, tokens)
+            self.metrics.responses.labels(status).inc()
+        else:
+            pod = leg.pod if leg is not None else "?"
+            message = f"engine {pod} stopped before the answer ended"
+            error = json.dumps(error_body(message, 502, "BadGatewayError")).encode()
+            await response.write(b"data: " + error + b"\n\n" + _DONE + b"\n\n")
+            self.metrics.responses.labels("502").inc()
+        await response.write_eof()
+        return response
+
+    def _completed(self, rid: str, output_tokens: int | None) -> None:
         core = self.core
         assert core is not None
         flight = core.ledger.get(rid)

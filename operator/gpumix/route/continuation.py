@@ -1,0 +1,244 @@
+"""Recompute migration on stock vLLM: a stream is continued on another pod from token IDs.
+
+To move request r from pod A to pod B, the router sends B the prompt's token IDs followed by the
+IDs A generated, as a token-ID prompt on ``/v1/completions``, with the length cap reduced by what
+was generated, and relays B's tokens to the client as if A had sent them (same response id,
+format and usage). vLLM's ``return_token_ids`` gives the IDs, so text is never re-tokenized (a
+re-tokenized continuation can differ from what was generated; see vllm-ascend #13466). Prefix
+caching aside, B re-prefills prompt + generated: MELL §V's token (computation-bound) migration.
+
+What cannot be continued exactly is refused, with a reason the router counts: sampling state
+that a new request does not carry (a ``seed``, whose generator restarts; presence/frequency
+penalties, which count only generated tokens, and these would become prompt tokens), outputs
+shaped by state outside the tokens (``n > 1``, ``best_of``, logprobs, ``echo``, ``suffix``, tool
+calls, structured output), and a stop string that may span the boundary (the text so far ends
+with a proper prefix of one: B would not see the first part). A request whose remaining length
+is unknown (chat without a cap: vLLM's chat default is the rest of the context, its completions
+default is 16 tokens) is refused too. All pure: the proxy does the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumix.route.body import max_tokens_of
+
+CARRIED = (
+    "model",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "length_penalty",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "include_stop_str_in_output",
+    "logit_bias",
+    "allowed_token_ids",
+    "bad_words",
+    "user",
+    "priority",
+)
+"""Request fields that mean the same on the continuation (vLLM's ``SamplingParams`` fields the
+OpenAI server reads from a completions and a chat request alike)."""
+
+REFUSED_FIELDS = {
+    "seed": "seed",
+    "logprobs": "logprobs",
+    "top_logprobs": "logprobs",
+    "prompt_logprobs": "logprobs",
+    "echo": "echo",
+    "suffix": "suffix",
+    "tools": "tools",
+    "functions": "tools",
+    "response_format": "structured-output",
+    "guided_json": "structured-output",
+    "guided_regex": "structured-output",
+    "guided_choice": "structured-output",
+    "guided_grammar": "structured-output",
+    "structured_outputs": "structured-output",
+}
+"""Fields that, set to anything but their neutral value, make an exact continuation impossible,
+with the reason counted."""
+
+
+def _neutral(key: str, value: Any) -> bool:
+    if value is None or value is False:
+        return True
+    if key == "response_format":
+        return isinstance(value, Mapping) and value.get("type") == "text"
+    return key in ("logprobs", "top_logprobs", "prompt_logprobs") and value == 0
+
+
+def refusal(body: Mapping[str, Any], chat: bool) -> str | None:
+    """Why this request cannot be continued exactly on another pod (a short reason, a metric
+    label), or None when it can."""
+    if not body.get("stream"):
+        return "not-streamed"
+    if body.get("n", 1) not in (1, None) or body.get("best_of", 1) not in (1, None):
+        return "n"
+    for key, reason in REFUSED_FIELDS.items():
+        if key in body and not _neutral(key, body[key]):
+            return reason
+    if any(body.get(k) not in (None, 0, 0.0) for k in ("presence_penalty", "frequency_penalty")):
+        return "penalties"
+    if chat and max_tokens_of(body) is None:
+        return "no-max-tokens"
+    prompt = body.get("prompt")
+    if not chat and isinstance(prompt, list) and not all(isinstance(t, int) for t in prompt):
+        return "batch-prompt"
+    return None
+
+
+def stop_strings(body: Mapping[str, Any]) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        return (stop,) if stop else ()
+    if isinstance(stop, list):
+        return tuple(s for s in stop if isinstance(s, str) and s)
+    return ()
+
+
+def spans_stop(text: str, stops: Sequence[str]) -> bool:
+    """Whether ``text`` ends with a proper prefix of a stop string: a stop string could then
+    span the boundary, and the continuation would not see its first part."""
+    return any(text.endswith(stop[:k]) for stop in stops for k in range(1, len(stop)))
+
+
+DEFAULT_COMPLETION_TOKENS = 16
+"""vLLM's completions default for ``max_tokens``."""
+
+
+@dataclass
+class Progress:
+    """What the router has relayed of one stream: enough to continue it anywhere."""
+
+    chat: bool
+    body: Mapping[str, Any]
+    client_ids: bool
+    """The client asked for ``return_token_ids`` itself: keep the IDs in what it sees."""
+    include_usage: bool
+    prompt_ids: list[int] = field(default_factory=list)
+    generated_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    head: dict[str, Any] = field(default_factory=dict)
+    """``id``, ``object``, ``created`` and ``model`` of the client's stream."""
+    prior: int = 0
+    """Tokens generated by earlier legs (before the current pod)."""
+
+    def remaining(self) -> int:
+        cap = max_tokens_of(self.body)
+        if cap is None:
+            cap = DEFAULT_COMPLETION_TOKENS
+        return cap - len(self.generated_ids)
+
+
+def continuation_body(progress: Progress) -> dict[str, Any]:
+    """The ``/v1/completions`` request that continues the stream on another pod."""
+    body = {k: progress.body[k] for k in CARRIED if k in progress.body}
+    body.update(
+        prompt=progress.prompt_ids + progress.generated_ids,
+        max_tokens=progress.remaining(),
+        stream=True,
+        stream_options={"include_usage": True},
+        return_token_ids=True,
+    )
+    min_tokens = progress.body.get("min_tokens")
+    if isinstance(min_tokens, int) and min_tokens > 0:
+        body["min_tokens"] = max(0, min_tokens - len(progress.generated_ids))
+    return body
+
+
+def with_token_ids(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The client's request as sent to the first pod: with ``return_token_ids`` (so the router
+    learns the IDs) and usage in the stream (so it counts tokens exactly)."""
+    options = dict(body.get("stream_options") or {})
+    options["include_usage"] = True
+    return {**body, "return_token_ids": True, "stream_options": options}
+
+
+def parse_event(event: bytes) -> dict[str, Any] | None:
+    """The JSON object of one SSE ``data:`` event, or None (``[DONE]``, comments, non-JSON)."""
+    text = event.strip()
+    if not text.startswith(b"data:"):
+        return None
+    payload = text[len(b"data:") :].strip()
+    if not payload.startswith(b"{"):
+        return None
+    try:
+        obj = json.loads(payload)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def encode(obj: Mapping[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def observe(progress: Progress, obj: Mapping[str, Any], first_leg: bool) -> None:
+    """Learn from one event of the current leg: the stream's head and prompt IDs (first leg),
+    the generated IDs and text."""
+    if first_leg and not progress.head:
+        progress.head = {k: obj[k] for k in ("id", "object", "created", "model") if k in obj}
+    if first_leg and isinstance(obj.get("prompt_token_ids"), list):
+        progress.prompt_ids = list(obj["prompt_token_ids"])  # chat: at the top level
+    for choice in obj.get("choices") or ():
+        if first_leg and isinstance(choice.get("prompt_token_ids"), list):
+            progress.prompt_ids = list(choice["prompt_token_ids"])
+        if isinstance(choice.get("token_ids"), list):
+            progress.generated_ids += choice["token_ids"]
+        # The first leg of a chat streams deltas; every continuation is a completion.
+        chat_delta = progress.chat and first_leg
+        piece = (choice.get("delta") or {}).get("content") if chat_delta else choice.get("text")
+        if isinstance(piece, str):
+            progress.text += piece
+
+
+def for_client(
+    progress: Progress, obj: Mapping[str, Any], first_leg: bool
+) -> dict[str, Any] | None:
+    """One event as the client sees it, or None to drop it: IDs only if it asked for them, a
+    usage chunk only if it asked and with every leg counted; a continuation's chunks under the
+    client's id and, for chat, in chat's delta format."""
+    usage = obj.get("usage")
+    if not obj.get("choices") and isinstance(usage, Mapping):
+        if not progress.include_usage:
+            return None
+        if first_leg:
+            return dict(obj)
+        completion = progress.prior + int(usage.get("completion_tokens") or 0)
+        prompt = len(progress.prompt_ids)
+        totals = {"prompt_tokens": prompt, "completion_tokens": completion,
+                  "total_tokens": prompt + completion}  # fmt: skip
+        return {**progress.head, "choices": [], "usage": totals}
+    out = dict(obj) if first_leg else {**obj, **progress.head}
+    keep_prompt = first_leg and progress.client_ids  # a continuation's prompt is not the client's
+    if not keep_prompt:
+        out.pop("prompt_token_ids", None)
+    choices = []
+    for choice in obj.get("choices") or ():
+        c = {k: v for k, v in choice.items() if keep_prompt or k != "prompt_token_ids"}
+        if progress.chat and not first_leg:
+            text = c.get("text") or ""
+            c = {
+                "index": c.get("index", 0),
+                "delta": {"content": text} if text else {},
+                "logprobs": None,
+                "finish_reason": c.get("finish_reason"),
+                **({"token_ids": c["token_ids"]} if "token_ids" in c else {}),
+            }
+        if not progress.client_ids:
+            c.pop("token_ids", None)
+        choices.append(c)
+    out["choices"] = choices
+    if out.get("usage", 0) is None:
+        del out["usage"]
+    return out
