@@ -25,6 +25,7 @@ from gpumix.plan.errors import InvalidAllocationError, SolverError
 from gpumix.plan.instance import Bucket
 from gpumix.plan.joint import benders
 from gpumix.plan.joint import model as jm
+from gpumix.plan.joint.balance import balanced
 from gpumix.plan.joint.instance import JointInstance, Objective, Priority, ServiceDemand
 from gpumix.plan.joint.result import JointAllocation, ServiceAllocation
 from gpumix.plan.joint.validate import validate_joint
@@ -102,6 +103,8 @@ def solve_joint(
     ``decompose=False`` solves the full-service stage as one compact ILP instead of through
     :mod:`gpumix.plan.joint.benders` (same optimum; for comparison and as the reference).
 
+    A min-cost plan's split is the one its counts alone decide (:func:`balanced`).
+
     Raises :class:`UnboundedThroughputError` for max-throughput with nothing to bound it,
     :class:`SolverError` when a stage stops without a solution and
     :class:`InvalidAllocationError` when the answer fails :func:`validate_joint` (a bug).
@@ -120,6 +123,13 @@ def solve_joint(
         allocation = _min_cost(instance, solver, time_limit_s, gap_rel, decompose=decompose)
     if allocation is None:
         return None
+    if objective is Objective.MIN_COST:
+        by_name = {s.name: s for s in instance.services}
+        services = {
+            name: balanced(by_name[name], alloc, solver, time_limit_s)
+            for name, alloc in allocation.services.items()
+        }
+        allocation = allocation.model_copy(update={"services": services})
     problems = validate_joint(instance, allocation)
     if problems:
         raise InvalidAllocationError(problems)
