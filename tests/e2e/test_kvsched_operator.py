@@ -8,6 +8,7 @@ planner must not scale it back up.
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
@@ -15,12 +16,17 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from operator_harness import Env, Operator, running_operator, wait
+from test_router import MODEL as SERVED
+from test_router import RouterProcess, SimEngines
 
 from gpumix.reconcile.kvmigration import ADMIN_URL_ANNOTATION
+from gpumix.route.engines import ENGINE_URL_ANNOTATION
+from gpumix.sim.server import detokenize, generate
 from gpumix_e2e import KubeTarget
 
 pytestmark = pytest.mark.e2e
@@ -93,7 +99,7 @@ def test_kv_scheduler_empties_the_newest_pod_and_removes_exactly_it(
     env: Env, sim_pods: list[str]
 ) -> None:
     start = time.monotonic()
-    kv = {"enabled": False, "intervalSeconds": 2, "maxMigrationsPerPass": 10}
+    kv = {"enabled": False, "via": "Engine", "intervalSeconds": 2, "maxMigrationsPerPass": 10}
     # A target the ILP's plan meets: this test is about the KV scheduler, not the attainment loop.
     slo = {"tpotMs": 120, "attainmentTarget": 0.5}
     env.apply(env.service("kv", 2, pools=["a10g"], kvMigration=kv, slo=slo))
@@ -148,3 +154,105 @@ def test_kv_scheduler_empties_the_newest_pod_and_removes_exactly_it(
     assert "the KV scheduler runs a10g=2" in ready["message"]
     print(f"\nKV consolidation e2e: {time.monotonic() - start:.1f} s")
     assert time.monotonic() - start < 120
+
+
+def annotate(env: Env, pod: str, key: str, value: str) -> None:
+    env.core.patch_namespaced_pod(pod, env.ns, {"metadata": {"annotations": {key: value}}})
+
+
+def stream_through(url: str, prompt: list[int], output: int, out: dict[str, Any]) -> None:
+    """One streamed completion through the router: its events, or the error that ended it."""
+    host, port = url.removeprefix("http://").split(":")
+    body = {"model": SERVED, "prompt": prompt, "max_tokens": output, "ignore_eos": True,
+            "stream": True}  # fmt: skip
+    conn = http.client.HTTPConnection(host, int(port), timeout=150)
+    try:
+        conn.request("POST", "/v1/completions", json.dumps(body),
+                     {"Content-Type": "application/json"})  # fmt: skip
+        resp = conn.getresponse()
+        out["status"] = resp.status
+        out["events"] = [json.loads(line[6:]) for line in resp if line.startswith(b"data: {")]
+    except OSError as err:
+        out["error"] = str(err)
+    finally:
+        conn.close()
+
+
+def test_the_kv_scheduler_empties_a_pod_through_the_router_on_stock_engines(
+    env: Env, kube: KubeTarget, tmp_path: Path
+) -> None:
+    """``kvMigration.via: Router`` (issue #16): the engines have no admin endpoint, only the
+    OpenAI API and /metrics. The router holds the streams; the KV loop reads its ledger and moves
+    streams through it, empties the newest pod(s) and the Deployment removes exactly them. Every
+    client sees one uninterrupted stream carrying exactly the tokens the model gives its prompt."""
+    kv = {"enabled": False, "intervalSeconds": 2}
+    slo = {"tpotMs": 120, "attainmentTarget": 0.5}
+    routing = {"replicas": 1}
+    env.apply(env.service("kvr", 2, pools=["a10g"], kvMigration=kv, slo=slo, routing=routing))
+    env.wait_condition("kvr", "Ready", "True", "Serving", timeout=90)
+    assert env.allocation("kvr") == {"a10g": 3}
+    wait("3 pods Running", lambda: env.pods_running_on_right_nodes("kvr") == {"a10g": 3})
+    pods = live_pods(env, "kvr")
+    names = [p.metadata.name for p in pods]
+    sim = SimEngines("a10g=3", speed=2.0)
+    router = None
+    try:
+        for pod, url in zip(pods, sim.urls["a10g"], strict=True):
+            annotate(env, pod.metadata.name, ENGINE_URL_ANNOTATION, url)
+        router = RouterProcess(kube, env.ns, "kvr", tmp_path / "router.log")
+        router.wait_ready()
+        [router_pod] = env.core.list_namespaced_pod(
+            env.ns, label_selector="gpumix.io/router=kvr"
+        ).items
+        annotate(env, router_pod.metadata.name, ADMIN_URL_ANNOTATION, router.admin)
+        # Six long streams, two a pod (the router sends each to the pod with the fewest tokens).
+        prompts = [[10 + k] * 1500 for k in range(6)]
+        results: list[dict[str, Any]] = [{} for _ in prompts]
+        threads = [
+            threading.Thread(target=stream_through, args=(router.url, p, 1200, r), daemon=True)
+            for p, r in zip(prompts, results, strict=True)
+        ]
+        for t in threads:
+            t.start()
+            time.sleep(0.3)
+
+        def placed() -> dict[str, int]:
+            with urllib.request.urlopen(f"{router.admin}/admin/inflight", timeout=5) as resp:
+                listing = json.loads(resp.read())
+            return {pod: len(e["requests"]) for pod, e in listing["pods"].items()}
+
+        wait("two streams on each pod", lambda: sorted(placed().values()) == [2, 2, 2],
+             timeout=30, every=0.2)  # fmt: skip
+        env.apply(env.service("kvr", 2, pools=["a10g"], kvMigration={**kv, "enabled": True},
+                              slo=slo, routing=routing))  # fmt: skip
+
+        def drained() -> dict[str, Any] | None:
+            kvs = (env.get("kvr").get("status") or {}).get("kvScheduler") or {}
+            return kvs if kvs.get("drainedPods") else None
+
+        status = wait("the KV scheduler to empty a pod through the router", drained, timeout=60)
+        emptied = status["drainedPods"]
+        assert sorted(emptied) == sorted(names[3 - len(emptied) :]), (status, names)  # newest
+        assert status["migrations"] == 2 * len(emptied)
+        assert all(placed().get(p, 0) == 0 for p in emptied)  # the ledger moved with them
+        left = lambda: [p.metadata.name for p in live_pods(env, "kvr")]  # noqa: E731
+        wait("the emptied pods to be removed", lambda: left() == names[: 3 - len(emptied)],
+             timeout=30)  # fmt: skip
+        for t in threads:
+            t.join(150)
+        for prompt, r in zip(prompts, results, strict=True):
+            assert r.get("status") == 200 and "error" not in r, r.get("error")
+            events = r["events"]
+            assert len({e["id"] for e in events}) == 1  # one stream
+            ids, _ = generate(prompt, 1200, ignore_eos=True)
+            assert "".join(c["text"] for e in events for c in e["choices"]) == detokenize(ids)
+            assert [c["finish_reason"] for e in events for c in e["choices"]
+                    if c["finish_reason"]] == ["length"]  # fmt: skip
+        metrics = urllib.request.urlopen(f"{router.url}/metrics", timeout=5).read().decode()
+        assert (
+            f'gpumix_router_migrations_total{{outcome="migrated"}} {2.0 * len(emptied)}' in metrics
+        )
+    finally:
+        if router is not None:
+            router.stop()
+        sim.stop()

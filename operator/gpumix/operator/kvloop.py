@@ -1,10 +1,12 @@
 """The KV-migration loop of a service (issue #7, step 5): observe per-pod KV load, run MELL, act.
 
-Per pass, for one service whose pods expose the admin contract of `gpumix/sim/SERVER.md`
-(`GET /admin/requests`, `POST /admin/migrate_out`, `POST /admin/migrate_in` — what a vLLM
-sidecar must implement):
+Per pass, for one service, through its routers (``kvMigration.via: Router``, stock vLLM: the
+router's ledger and recompute migration, issue #16) or through engines that expose the admin
+contract of `gpumix/sim/SERVER.md` (``via: Engine``: `GET /admin/requests`,
+`POST /admin/migrate_out`, `POST /admin/migrate_in`, what a vLLM sidecar must implement):
 
-1. **observe** (`fetch_pod_load`): each pod's KV capacity and its running requests' KV sizes;
+1. **observe**: each pod's KV capacity and its running requests' KV sizes (the router's
+   ``/admin/inflight`` and the engine's ``/metrics``, or the engine's admin listing);
 2. **decide** (`plan_consolidation`, pure): the pods become a MELL cluster (activation order =
    the order given, oldest first; requests keep their pods). MELL's scale-in step is Fig. 10's
    Depart of an L-request generalised to a pod: the most recently activated pod whose requests can
@@ -48,11 +50,15 @@ DRAINED = Gauge(
 
 @dataclass(frozen=True)
 class PodRequest:
-    id: int
+    id: str
     kv_tokens: int
     prompt_tokens: int
     generated_tokens: int
     output_tokens: int
+    via: str = ""
+    """The router replica that holds the request's stream (its admin URL; ``""``: the engine's
+    admin contract moves it)."""
+    movable: bool = True
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class PodLoad:
     node: str
     kv_tokens: int
     requests: tuple[PodRequest, ...] = ()
+    pinned: bool = False
+    """Never emptied: it holds a request that cannot move (or one no router knows of)."""
 
 
 @dataclass
@@ -77,7 +85,7 @@ class KvDecision:
 def parse_admin_listing(name: str, url: str, node: str, body: dict[str, Any]) -> PodLoad:
     reqs = tuple(
         PodRequest(
-            id=int(r["id"]),
+            id=str(r["id"]),
             kv_tokens=int(r["kv_tokens"]),
             prompt_tokens=int(r["prompt_tokens"]),
             generated_tokens=int(r["generated_tokens"]),
@@ -89,19 +97,18 @@ def parse_admin_listing(name: str, url: str, node: str, body: dict[str, Any]) ->
     return PodLoad(name, url, node, int(body["kv_blocks"]) * int(body["block_size"]), reqs)
 
 
-def fetch_pod_load(name: str, url: str, node: str, timeout: float = 5.0) -> PodLoad:
-    """Blocking HTTP: run it off the event loop (style.md convention 3)."""
-    with urllib.request.urlopen(f"{url}/admin/requests", timeout=timeout) as resp:
-        return parse_admin_listing(name, url, node, json.loads(resp.read()))
-
-
 def plan_consolidation(
     pods: Sequence[PodLoad],
     *,
     max_migrations: int = 10,
     weights: PriorityWeights | None = None,
+    recompute_budget: int | None = None,
 ) -> KvDecision:
-    """Pure: which requests to move so that the most recently activated drainable pods empty."""
+    """Pure: which requests to move so that the most recently activated drainable pods empty.
+
+    ``recompute_budget``: tokens a destination may re-prefill in this pass (MELL §V's
+    computation boundary), for moves that are all recomputed (through the router); a pod whose
+    emptying would exceed it at any destination is left for a later pass."""
     if not pods:
         return KvDecision()
     cap = min(p.kv_tokens for p in pods)
@@ -122,8 +129,10 @@ def plan_consolidation(
             rid += 1
     decision = KvDecision()
     budget = max_migrations
+    immovable = {k for k, r in byid.items() if not r.movable}
+    pinned = {pid for pid, load in names.items() if load.pinned} | {local[k] for k in immovable}
     for pod in sorted(m.c.pods.values(), key=lambda p: -p.seq):
-        if not pod.reqs or len(pod.reqs) > budget:
+        if not pod.reqs or len(pod.reqs) > budget or pod.pid in pinned:
             continue
         trial = copy.deepcopy(m)
         before = set(trial.c.pods)
@@ -131,8 +140,10 @@ def plan_consolidation(
         trial._realloc_all(pod.pid)
         if set(trial.c.pods) - before or trial.c.overloaded() or trial.c.pods[pod.pid].reqs:
             continue  # would activate a pod or could not empty this one
-        net = {mv.rid: mv for mv in trial._log}
-        if len(net) > budget:
+        net = {mv.rid for mv in trial._log}
+        if len(net) > budget or any(trial.c.where[k] != local[k] for k in net & immovable):
+            continue
+        if recompute_budget is not None and _over(trial, local, byid, recompute_budget):
             continue
         m = trial
         m.c.release_empty()
@@ -143,6 +154,16 @@ def plan_consolidation(
         if dst != local[key]:
             decision.moves.append((req, names[local[key]].name, names[dst].name))
     return decision
+
+
+def _over(trial: Mell, local: dict[int, int], byid: dict[int, PodRequest], budget: int) -> bool:
+    """Whether the moves so far make some destination re-prefill more than ``budget`` tokens."""
+    spent: dict[int, int] = {}
+    for k, req in byid.items():
+        dst = trial.c.where[k]
+        if dst != local[k]:
+            spent[dst] = spent.get(dst, 0) + req.kv_tokens
+    return any(tokens > budget for tokens in spent.values())
 
 
 def choose_modes(
@@ -183,10 +204,17 @@ def execute(
     service: str = "",
     post: Post = _post,
 ) -> int:
-    """Issue the migrations over the admin contract; returns how many succeeded."""
+    """Issue the migrations, each through the router replica that holds its stream (a
+    recompute) or else over the engines' admin contract; returns how many succeeded. A move that
+    fails raises: the pod it was to empty is kept."""
     url = {p.name: p.url for p in pods}
     done = 0
     for k, (r, src, dst) in enumerate(decision.moves):
+        if r.via:
+            post(f"{r.via}/admin/migrate", {"id": r.id, "to": dst})
+            MIGRATIONS.labels(namespace, service, "tokens").inc()
+            done += 1
+            continue
         mode = modes[k] if modes else "kv"
         moved = post(f"{url[src]}/admin/migrate_out", {"id": r.id})
         post(

@@ -4,7 +4,8 @@ A separate task rather than a step of the planner pass: its cadence is each serv
 `kvMigration.intervalSeconds` (MELL's epoch, seconds) while the planner runs on changes and every
 `--interval`; its I/O is HTTP to every pod, whose timeouts must not hold up a joint solve; and a
 pod that does not answer must not fail the planner's pass. What it decides is pure
-(`gpumix.reconcile.kvmigration`); here: read each live pod's admin listing, issue the migrations
+(`gpumix.reconcile.kvmigration`); here: read the routers' ledgers and the engines' `/metrics`
+(`via: Router`) or each live pod's admin listing (`via: Engine`), issue the migrations
 (`gpumix.operator.kvloop.execute`), annotate the emptied pods with the lowest
 `pod-deletion-cost`, then merge-patch `status.kvScheduler` only. The planner reads `scaledIn` on
 its next pass (the status change is a watch event) and scales the Deployment in, so the
@@ -33,10 +34,15 @@ from gpumix.operator.view import ClusterView
 from gpumix.profiles.models import model_shape
 from gpumix.reconcile.digest import running_services
 from gpumix.reconcile.kvmigration import (
+    EngineGauges,
+    KvPod,
     PodSample,
     decide_pass,
+    engine_gauges,
+    ledger_samples,
     live_pods,
     next_status,
+    router_urls,
     sample,
 )
 
@@ -46,10 +52,18 @@ Fetch = Callable[[str], dict[str, Any]]
 ADMIN_TIMEOUT_S = 2.0
 
 
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=ADMIN_TIMEOUT_S) as resp:
+        return str(resp.read().decode())
+
+
 def _fetch(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{url}/admin/requests", timeout=ADMIN_TIMEOUT_S) as resp:
-        body: dict[str, Any] = json.loads(resp.read())
-        return body
+    body: dict[str, Any] = json.loads(_get(f"{url}/admin/requests"))
+    return body
+
+
+def _why(err: Exception) -> str:
+    return f"{type(err).__name__}: {err}"
 
 
 def migration_profile(model: str) -> MigrationProfile:
@@ -74,11 +88,12 @@ class KvLoop:
         writer: KubeWriter,
         *,
         fetch: Fetch = _fetch,
+        get: Callable[[str], str] = _get,
         post: Post = _post,
         tick_s: float = 1.0,
     ) -> None:
         self.view, self.writer = view, writer
-        self.fetch, self.post, self.tick_s = fetch, post, tick_s
+        self.fetch, self.get, self.post, self.tick_s = fetch, get, post, tick_s
         self._last: dict[tuple[str, str], float] = {}
 
     async def run(self) -> None:
@@ -121,16 +136,12 @@ class KvLoop:
         if not status.allocation:
             return  # nothing planned yet
         groups = live_pods(pods, ns, name)
-        samples: dict[str, PodSample | str] = {}
-        for group in groups.values():
-            for pod in group:
-                if pod.url is None:
-                    samples[pod.name] = "no pod IP or admin-url annotation"
-                    continue
-                try:
-                    samples[pod.name] = sample(pod, self.fetch(pod.url))
-                except Exception as err:  # any failure is "no data"
-                    samples[pod.name] = f"{type(err).__name__}: {err}"
+        kv = service.spec.kv_migration
+        profile = migration_profile(service.spec.model.name)
+        if kv.via == "Router":
+            samples = self._through_routers(groups, router_urls(pods, ns, name))
+        else:
+            samples = self._from_engines(groups)
         running = running_services(deployments).get((ns, name))
         step = decide_pass(
             service.spec.kv_migration,
@@ -139,11 +150,13 @@ class KvLoop:
             pods=groups,
             samples=samples,
             min_replicas=service.spec.min_replicas,
+            recompute_budget=profile.compute_budget_tokens if kv.via == "Router" else None,
         )
         migrated, drained = 0, []
-        profile = migration_profile(service.spec.model.name)
         for action in step.actions:
-            modes = [c.mode for c in choose_modes(action.decision, action.loads, profile)]
+            modes = None
+            if kv.via == "Engine":
+                modes = [c.mode for c in choose_modes(action.decision, action.loads, profile)]
             try:
                 migrated += execute(action.decision, action.loads, modes, namespace=ns,
                                     service=name, post=self.post)  # fmt: skip
@@ -175,3 +188,39 @@ class KvLoop:
             return  # nothing new: no status write every epoch
         # scaledIn is replaced as a whole (a merge patch replaces lists).
         self.writer.patch_service_status(ns, name, {KV_FIELD: {**dumped, "message": new.message}})
+
+    def _from_engines(self, groups: dict[str, list[KvPod]]) -> dict[str, PodSample | str]:
+        """Each pod's admin listing (``via: Engine``)."""
+        samples: dict[str, PodSample | str] = {}
+        for group in groups.values():
+            for pod in group:
+                if pod.url is None:
+                    samples[pod.name] = "no pod IP or admin-url annotation"
+                    continue
+                try:
+                    samples[pod.name] = sample(pod, self.fetch(pod.url))
+                except Exception as err:  # any failure is "no data"
+                    samples[pod.name] = _why(err)
+        return samples
+
+    def _through_routers(
+        self, groups: dict[str, list[KvPod]], routers: list[str]
+    ) -> dict[str, PodSample | str]:
+        """Every router replica's ledger and every engine's gauges (``via: Router``)."""
+        ledgers: dict[str, dict[str, Any] | str] = {}
+        for url in routers:
+            try:
+                ledgers[url] = json.loads(self.get(f"{url}/admin/inflight"))
+            except Exception as err:  # a replica that does not answer: no data
+                ledgers[url] = _why(err)
+        gauges: dict[str, EngineGauges | str] = {}
+        for group in groups.values():
+            for pod in group:
+                if pod.engine_url is None:
+                    gauges[pod.name] = "no pod IP or engine-url annotation"
+                    continue
+                try:
+                    gauges[pod.name] = engine_gauges(self.get(f"{pod.engine_url}/metrics"))
+                except Exception as err:
+                    gauges[pod.name] = _why(err)
+        return ledger_samples(groups, ledgers, gauges)

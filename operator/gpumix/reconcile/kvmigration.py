@@ -18,6 +18,14 @@ the loop gives one replica back (``removed - 1``).
 **One pool is one MELL cluster.** MELL's system model has homogeneous GPUs (§VI-A), so each
 option's pods are consolidated among themselves, in activation order (oldest first).
 
+**Through the router** (``via: Router``, stock vLLM): a pod's requests are the union of every
+router replica's ledger (each replica owns the streams it relays), its KV capacity and pressure
+come from the engine's own ``/metrics`` (``vllm:cache_config_info``, ``num_requests_waiting``,
+``kv_cache_usage_perc``). A replica that does not answer leaves the whole service alone for the
+pass: its streams could be on any pod, and a pod is emptied only when all of them are known. A
+pod running more requests than the routers know of (clients that bypass the router) is never
+emptied, nor one holding a stream that cannot move.
+
 **Acting only when settled.** An option is consolidated only when the Deployment runs exactly
 ``target - removed`` replicas and that many pods are live (Running, not terminating), so a
 scale-in in progress is never taken for load that moved. No admin data from a pod means the
@@ -30,17 +38,27 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from gpumix.api import KvMigration, KvScaleIn, KvSchedulerStatus, LLMServiceStatus
-from gpumix.operator.kvloop import KvDecision, PodLoad, parse_admin_listing, plan_consolidation
+from gpumix.operator.kvloop import (
+    KvDecision,
+    PodLoad,
+    PodRequest,
+    parse_admin_listing,
+    plan_consolidation,
+)
 from gpumix.problem import option_key
-from gpumix.render.names import SERVICE_LABEL
-from gpumix.route.engines import pod_url, pool_key
+from gpumix.render.deployment import PORT
+from gpumix.render.names import ROUTER_LABEL, SERVICE_LABEL, label_value
+from gpumix.route.engines import ENGINE_URL_ANNOTATION, pod_url, pool_key
 
 ADMIN_URL_ANNOTATION = "gpumix.io/admin-url"
 """Overrides the pod's admin endpoint (`http://<podIP>:ADMIN_PORT`): the hook for a sidecar on
 another address and for the e2e test, which points KWOK pods at `gpumix sim serve` pods."""
 ADMIN_PORT = 8001
-"""The admin contract's port on a pod (gpumix/sim/SERVER.md), served by a vLLM sidecar."""
+"""The admin contract's port on a pod (gpumix/sim/SERVER.md), served by a vLLM sidecar; and the
+router's admin API's port (``gpumix route --admin-port``)."""
 PRESSURE = 0.95
 """KV-cache fill of a pod above which a replica removed by the KV loop is given back."""
 KEEP_DRAINED = 10
@@ -53,6 +71,9 @@ class KvPod:
     node: str
     created: str
     url: str | None
+    """The admin contract's address (``via: Engine``)."""
+    engine_url: str | None = None
+    """The OpenAI server's address, whose ``/metrics`` gives KV capacity (``via: Router``)."""
 
 
 @dataclass(frozen=True)
@@ -107,10 +128,102 @@ def live_pods(
                 node=(body.get("spec") or {}).get("nodeName") or "",
                 created=meta.get("creationTimestamp") or "",
                 url=admin_url(body),
+                engine_url=pod_url(body, ENGINE_URL_ANNOTATION, PORT),
             )
         )
     for group in out.values():
         group.sort(key=lambda p: (p.created, p.name))
+    return out
+
+
+def router_urls(pods: Iterable[Mapping[str, Any]], namespace: str, service: str) -> list[str]:
+    """Admin URLs of the service's live router pods (Running, not being deleted)."""
+    out = []
+    for body in pods:
+        meta = body.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if meta.get("namespace") != namespace or labels.get(ROUTER_LABEL) != label_value(service):
+            continue
+        if meta.get("deletionTimestamp") or (body.get("status") or {}).get("phase") != "Running":
+            continue
+        url = admin_url(body)
+        if url is not None:
+            out.append(url)
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class EngineGauges:
+    """What a vLLM pod's ``/metrics`` says of its KV cache."""
+
+    capacity_tokens: int
+    running: int
+    waiting: int
+    used_fraction: float
+
+
+def engine_gauges(text: str) -> EngineGauges:
+    """Parse a vLLM ``/metrics`` page; ValueError without ``vllm:cache_config_info``."""
+    values: dict[str, float] = {}
+    capacity = None
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "vllm:cache_config_info":
+                capacity = int(s.labels["num_gpu_blocks"]) * int(s.labels["block_size"])
+            else:
+                values[s.name] = s.value
+    if capacity is None:
+        raise ValueError("no vllm:cache_config_info in /metrics")
+    usage = values.get("vllm:kv_cache_usage_perc", values.get("vllm:gpu_cache_usage_perc", 1.0))
+    return EngineGauges(
+        capacity_tokens=capacity,
+        running=int(values.get("vllm:num_requests_running", 0)),
+        waiting=int(values.get("vllm:num_requests_waiting", 0)),
+        used_fraction=usage,
+    )
+
+
+def ledger_samples(
+    pods: Mapping[str, Sequence[KvPod]],
+    ledgers: Mapping[str, dict[str, Any] | str],
+    gauges: Mapping[str, EngineGauges | str],
+) -> dict[str, PodSample | str]:
+    """Each pod's sample from the routers' ledgers (router admin URL → its ``/admin/inflight``
+    answer, or why there is none) and the engines' gauges (pod name → gauges, or why none)."""
+    pods_all = [p for group in pods.values() for p in group]
+    silent = [f"router {u}: {why}" for u, why in sorted(ledgers.items()) if isinstance(why, str)]
+    if silent or not ledgers:
+        why = "; ".join(silent) or "no live router pod"
+        return {p.name: why for p in pods_all}
+    out: dict[str, PodSample | str] = {}
+    for pod in pods_all:
+        g = gauges.get(pod.name, "not scraped")
+        if isinstance(g, str):
+            out[pod.name] = g
+            continue
+        requests = tuple(
+            PodRequest(
+                id=str(r["id"]),
+                kv_tokens=int(r["kv_tokens"]),
+                prompt_tokens=int(r["prompt_tokens"]),
+                generated_tokens=int(r["generated_tokens"]),
+                output_tokens=int(r.get("max_tokens") or 0),
+                via=url,
+                movable=bool(r.get("movable")),
+            )
+            for url, body in sorted(ledgers.items())
+            if not isinstance(body, str)
+            for r in ((body.get("pods") or {}).get(pod.name) or {}).get("requests", [])
+        )
+        load = PodLoad(
+            name=pod.name,
+            url=pod.engine_url or "",
+            node=pod.node,
+            kv_tokens=g.capacity_tokens,
+            requests=requests,
+            pinned=g.running + g.waiting > len(requests),
+        )
+        out[pod.name] = PodSample(load=load, used_fraction=g.used_fraction, waiting=g.waiting)
     return out
 
 
@@ -153,8 +266,10 @@ def decide_pass(
     pods: Mapping[str, Sequence[KvPod]],
     samples: Mapping[str, PodSample | str],
     min_replicas: int = 0,
+    recompute_budget: int | None = None,
 ) -> KvPass:
-    """One pass for one service. `samples`: pod name → its sample, or why there is none."""
+    """One pass for one service. `samples`: pod name → its sample, or why there is none;
+    ``recompute_budget``: see :func:`~gpumix.operator.kvloop.plan_consolidation`."""
     target = planned_targets(status)
     removed = reductions(kv, status.kv_scheduler if status else None, target)
     out = KvPass(scaled_in={o: (target[o], n) for o, n in removed.items()})
@@ -185,7 +300,9 @@ def decide_pass(
             continue
         if len(group) < 2 or total <= max(1, min_replicas) or budget <= 0:
             continue
-        decision = plan_consolidation([s.load for s in loads], max_migrations=budget)
+        decision = plan_consolidation(
+            [s.load for s in loads], max_migrations=budget, recompute_budget=recompute_budget
+        )
         if not decision.drained:
             continue
         # minReplicas across pools: drain no more pods than the service may lose.

@@ -189,7 +189,7 @@ def test_a_pass_migrates_annotates_the_emptied_pod_and_patches_only_kv_status() 
            "spec": {"model": {"name": "meta-llama/Llama-2-7b-hf"}, "slo": {"tpotMs": 120},
                     "workload": {"requestRate": 1, "inputEdges": [1, 10], "outputEdges": [1, 10],
                                  "histogram": [[1]]},
-                    "kvMigration": {"enabled": True}},
+                    "kvMigration": {"enabled": True, "via": "Engine"}},
            "status": status(3).model_dump(by_alias=True, mode="json")}  # fmt: skip
     bodies = [pod_body(n, f"2026-01-01T00:00:0{k}Z") for k, n in enumerate(THREE)]
     for b in bodies:

@@ -21,7 +21,7 @@ C = 1600
 
 
 def req(i: int, kv: int) -> PodRequest:
-    return PodRequest(id=i, kv_tokens=kv, prompt_tokens=kv - 10, generated_tokens=10,
+    return PodRequest(id=str(i), kv_tokens=kv, prompt_tokens=kv - 10, generated_tokens=10,
                       output_tokens=kv + 100)  # fmt: skip
 
 
@@ -80,7 +80,7 @@ def test_modes_and_admin_calls_follow_the_contract() -> None:
 
     assert execute(d, pods, modes, post=post) == 1
     assert calls == [
-        ("http://b/admin/migrate_out", {"id": 7}),
+        ("http://b/admin/migrate_out", {"id": "7"}),
         ("http://a/admin/migrate_in", {"prompt_tokens": 390, "output_tokens": 500,
                                        "generated_tokens": 10, "kv": "recompute"}),
     ]  # fmt: skip
@@ -94,4 +94,4 @@ def test_admin_listing_counts_running_requests_only() -> None:
          "generated_tokens": 0, "kv_tokens": 0, "kv_blocks": 0},
     ]}  # fmt: skip
     pod = parse_admin_listing("p", "http://p", "n", body)
-    assert pod.kv_tokens == 1600 and [r.id for r in pod.requests] == [1]
+    assert pod.kv_tokens == 1600 and [r.id for r in pod.requests] == ["1"]
