@@ -80,11 +80,19 @@ RULES: tuple[Rule, ...] = (
          "and the routers' when routing mode becomes Service"),
     Rule("autoscaling", ("horizontalpodautoscalers",), WATCH,
          "operator/handlers.py: Deployments targeted by an HPA are left to it"),
-    Rule("", ("services",), ("create", "patch"),
-         "operator/kube.py: server-side apply of the Services <service> and <service>--engines"),
+    Rule("", ("services",), ("create", "patch", "delete"),
+         "operator/kube.py: server-side apply of the Services <service>, <service>--engines "
+         "and (routing mode InferencePool) <service>--picker, deleted when the mode changes"),
+    Rule("inference.networking.k8s.io", ("inferencepools",), ("create", "patch", "delete"),
+         "operator/kube.py: the InferencePool of routing mode InferencePool, applied and, when "
+         "the mode changes, deleted"),
     Rule("", ("configmaps",), ("get", *WATCH, "create", "patch"),
          "operator/kube.py: server-side apply of the routing ConfigMap; get/list/watch only so "
          "that the routers' Roles may grant them (nothing here reads ConfigMaps)"),
+    Rule("", ("persistentvolumeclaims",), ("create", "patch"),
+         "operator/kube.py: server-side apply of the model-cache claim (spec.model.cache)"),
+    Rule("batch", ("jobs",), ("create", "patch"),
+         "operator/kube.py: server-side apply of the model-cache download Job"),
     Rule("", ("serviceaccounts",), ("create", "patch", "delete"),
          "operator/kube.py: the routers' ServiceAccounts, applied and, when routing mode "
          "becomes Service, deleted"),

@@ -5,8 +5,9 @@ model on the pool's GPU type; every other pool is left out with a reason the use
 Every profiled replica size ``k`` (GPUProfile ``gpusPerReplica``) becomes one option — Jiang et
 al. §4.3's deployment configurations, Coral §4.2's templates restricted to one node — unless
 ``k`` exceeds the GPUs of one node (tensor parallelism stays within a node, Jiang App. D) or
-``k`` GPUs cannot hold the weights plus one full-context request's KV cache (App. D's memory
-check, from the roofline model). Options are named by :func:`option_key`.
+``k`` GPUs cannot hold the weights plus the KV cache of the workload's longest request (App. D's
+memory check, from the roofline model; the pods run with that ``--max-model-len``, so the model's
+full context need not fit). Options are named by :func:`option_key`.
 """
 
 from pydantic import BaseModel, ConfigDict
@@ -17,6 +18,7 @@ from gpumix.profiles import CATALOG, ProfileRangeError, max_tput_for_grid
 from gpumix.profiles.catalog import GPUType
 from gpumix.profiles.models import MODELS, ModelShape
 from gpumix.profiles.roofline import Roofline
+from gpumix.profiles.vllm import max_model_len
 
 
 def option_key(pool: str, gpus_per_replica: int) -> str:
@@ -31,9 +33,13 @@ def _fits(service: LLMService, gpu_type: str, k: int) -> str | None:
         return None
     shape = MODELS.get(service.spec.model.name)
     if shape is not None:
-        if replica_fits(gpu, shape, k):
+        longest = max_model_len(service.spec.workload, shape.name)
+        if replica_fits(gpu, shape, k, longest):
             return None
-        return f"{k}×{gpu.name} cannot hold the weights plus one {shape.max_context}-token KV cache"
+        return (
+            f"{k}×{gpu.name} cannot hold the weights plus the KV cache of one {longest}-token "
+            "request (the workload's longest, vLLM's --max-model-len)"
+        )
     weights = service.spec.model.weights_gib
     if weights is not None and weights > gpu.memory_gib * k * 0.9:
         return f"{k}×{gpu.name} ({gpu.memory_gib * k:g} GiB) cannot hold {weights:g} GiB of weights"

@@ -31,6 +31,7 @@ def _first(path: Path, kind: str) -> dict[str, Any]:
 
 
 SERVICE = _first(SAMPLES / "chat.yaml", "LLMService")
+GATED = _first(SAMPLES / "gated-model" / "llama.yaml", "LLMService")
 POOL = _first(SAMPLES / "gpupools.yaml", "GPUPool")
 PROFILE = _first(SAMPLES / "profiles-llama-2-7b.yaml", "GPUProfile")
 SAMPLED_PROFILE: dict[str, Any] = {
@@ -47,15 +48,18 @@ SAMPLED_PROFILE: dict[str, Any] = {
 }
 
 
-def _set(path: str, value: Any) -> Breaker:
-    """Set a dotted path of the object (``spec.slo.tpotMs``) to ``value``."""
+def _set(path: str, value: Any, entry: str | None = None) -> Breaker:
+    """Set a dotted path of the object (``spec.slo.tpotMs``) to ``value``, or its map entry
+    ``entry`` (which may hold dots: ``gpumix.io/pool``); a list index one past the end appends."""
 
     def apply(obj: dict[str, Any]) -> None:
-        *parents, leaf = path.split(".")
+        *parents, leaf = path.split(".") + ([entry] if entry is not None else [])
         node = obj
         for key in parents:
             node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
-        if isinstance(node, list):
+        if isinstance(node, list) and int(leaf) == len(node):
+            node.append(value)
+        elif isinstance(node, list):
             node[int(leaf)] = value
         else:
             node[leaf] = value
@@ -100,6 +104,23 @@ CASES: list[tuple[str, dict[str, Any], Breaker, str]] = [
     ("negative-share", SERVICE, _set("spec.workload.histogram.0", [-1.0, 1, 1, 1, 1]),
      "spec.workload.histogram"),
     ("slice-factor", SERVICE, _set("spec.workload.sliceFactor", 0), "spec.workload.sliceFactor"),
+    ("template-gpu-request", GATED,
+     _set("spec.template.spec.containers.0.resources.requests", 2, "nvidia.com/gpu"),
+     "spec.template.spec.containers[0].resources.requests"),
+    ("template-gpu-limit", GATED,
+     _set("spec.template.spec.containers.0.resources.limits", 2, "nvidia.com/gpu"),
+     "spec.template.spec.containers[0].resources.limits"),
+    ("template-container-name", GATED, _set("spec.template.spec.containers.0.name", "sidecar"),
+     "spec.template.spec.containers[0].name"),
+    ("template-two-containers", GATED,
+     _set("spec.template.spec.containers.1", {"name": "vllm"}), "spec.template.spec.containers"),
+    ("template-selector-label", GATED,
+     _set("spec.template.metadata.labels", "l4", "gpumix.io/pool"),
+     "spec.template.metadata.labels"),
+    ("template-gpumix-volume", GATED,
+     _set("spec.template.spec.volumes", [{"name": "dshm", "emptyDir": {}}]),
+     "spec.template.spec.volumes"),
+    ("cache-size-missing", GATED, _drop("spec.model.cache.size"), "spec.model.cache.size"),
     ("pool-gpu-type-empty", POOL, _set("spec.gpuType", ""), "spec.gpuType"),
     ("pool-selector-empty", POOL, _set("spec.nodeSelector", {}), "spec.nodeSelector"),
     ("pool-selector-missing", POOL, _drop("spec.nodeSelector"), "spec.nodeSelector"),
@@ -137,8 +158,8 @@ def _dry_run(kube: KubeTarget, obj: dict[str, Any], namespace: str) -> Any:
     )
 
 
-@pytest.mark.parametrize("valid", [SERVICE, POOL, PROFILE, SAMPLED_PROFILE],
-                         ids=["service", "pool", "profile", "sampled-profile"])  # fmt: skip
+@pytest.mark.parametrize("valid", [SERVICE, GATED, POOL, PROFILE, SAMPLED_PROFILE],
+                         ids=["service", "gated", "pool", "profile", "sampled"])  # fmt: skip
 def test_the_unbroken_objects_are_accepted(
     kube: KubeTarget, namespace: str, valid: dict[str, Any]
 ) -> None:
@@ -160,3 +181,29 @@ def test_the_apiserver_and_gpumix_both_reject_it_naming_the_field(
     assert done.returncode != 0, done.stdout
     assert "is invalid" in done.stderr, done.stderr
     assert field in done.stderr, done.stderr
+
+
+UNKNOWN_FIELDS = [
+    ("template-port", "spec.template.spec.containers.0.ports", [{"containerPort": 9000}],
+     "spec.template.spec.containers[0].ports"),
+    ("template-image", "spec.template.spec.containers.0.image", "other:1",
+     "spec.template.spec.containers[0].image"),
+    ("template-args", "spec.template.spec.containers.0.args", ["--x"],
+     "spec.template.spec.containers[0].args"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "value", "field"), [c[1:] for c in UNKNOWN_FIELDS],
+                         ids=[c[0] for c in UNKNOWN_FIELDS])  # fmt: skip
+def test_what_the_template_may_not_set_is_an_unknown_field(
+    kube: KubeTarget, namespace: str, path: str, value: Any, field: str
+) -> None:
+    """The container's port, image and args are gpumix's and spec.model's: no template field
+    exists for them, so kubectl's strict field validation refuses them by name."""
+    broken = copy.deepcopy(GATED)
+    _set(path, value)(broken)
+    with pytest.raises(ManifestError):
+        parse_object(broken, "test")
+    done = _dry_run(kube, broken, namespace)
+    assert done.returncode != 0, done.stdout
+    assert f'unknown field "{field}"' in done.stderr, done.stderr

@@ -105,7 +105,7 @@ def test_llmservice_routing_is_optional_with_the_models_defaults() -> None:
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert "routing" not in spec["required"]
     routing = spec["properties"]["routing"]["properties"]
-    assert routing["mode"]["enum"] == ["Router", "Service"]
+    assert routing["mode"]["enum"] == ["Router", "Service", "InferencePool"]
     assert routing["mode"]["default"] == "Router"
     assert (routing["replicas"]["default"], routing["replicas"]["minimum"]) == (2, 1)
     inflight = routing["maxInflightPerPod"]

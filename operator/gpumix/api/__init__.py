@@ -39,6 +39,7 @@ from gpumix.api.llmservice import (
     Slo,
     WorkloadUsed,
 )
+from gpumix.api.podtemplate import ModelCache, PodTemplate
 from gpumix.api.workload import Workload
 
 RESOURCES: tuple[type[Resource], ...] = (LLMService, GPUPool, GPUProfile)
@@ -73,9 +74,11 @@ __all__ = [
     "LLMService",
     "LLMServiceSpec",
     "LLMServiceStatus",
+    "ModelCache",
     "ModelSpec",
     "Pacing",
     "PacingStatus",
+    "PodTemplate",
     "PoolAllocation",
     "PoolShare",
     "RatePoint",

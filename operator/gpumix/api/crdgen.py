@@ -35,8 +35,8 @@ def structural_node(node: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in node.items() if k not in _DROP}
     if isinstance(out.get("description"), str):
         out["description"] = " ".join(out["description"].split())
-    if out.get("additionalProperties") is False:
-        del out["additionalProperties"]
+    if out.get("additionalProperties") is False or out.get("x-kubernetes-preserve-unknown-fields"):
+        out.pop("additionalProperties", None)  # pruned, or kept as written: no schema for them
     if "const" in out:
         out["enum"] = [out.pop("const")]
     for bound, flag in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):

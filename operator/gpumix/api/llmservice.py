@@ -6,6 +6,7 @@ from typing import ClassVar, Literal, Self
 from pydantic import ConfigDict, Field, model_validator
 
 from gpumix.api.base import ApiModel, Condition, Resource
+from gpumix.api.podtemplate import ModelCache, PodTemplate
 from gpumix.api.workload import Workload
 
 _READY = '.status.conditions[?(@.type=="Ready")]'
@@ -25,6 +26,9 @@ class ModelSpec(ApiModel):
     args: list[str] = Field(default_factory=list, description="Extra vLLM server arguments.")
     weights_gib: float | None = Field(
         default=None, gt=0, alias="weightsGiB", description="Size of the weights in GiB."
+    )
+    cache: ModelCache | None = Field(
+        default=None, description="Download the weights once into a shared volume (optional)."
     )
 
 
@@ -71,10 +75,18 @@ class Churn(ApiModel):
 
 class KvMigration(ApiModel):
     """MELL KV-cache scheduling (seeds/001 §IV–VI): move running requests between a pool's pods
-    so that the newest pod empties and is removed. Needs the admin contract of
-    gpumix/sim/SERVER.md on every pod (a vLLM sidecar)."""
+    so that the newest pod empties and is removed. Through the router on stock vLLM (a request
+    is continued on another pod from its token IDs), or through engines that implement the
+    admin contract of gpumix/sim/SERVER.md (a vLLM sidecar)."""
 
     enabled: bool = Field(default=False, description="Run the KV-migration loop for this service.")
+    via: Literal["Router", "Engine"] = Field(
+        default="Router",
+        description="Router: the router's in-flight ledger and recompute migration (needs "
+        "routing.mode Router; only streamed requests that can be continued exactly move). "
+        "Engine: each vLLM pod's admin contract (gpumix/sim/SERVER.md), which can also move the "
+        "KV cache itself.",
+    )
     interval_seconds: int = Field(
         default=10, ge=1, le=3600, description="Seconds between passes (MELL's epoch)."
     )
@@ -195,7 +207,7 @@ class Batch(ApiModel):
     )
 
 
-RoutingMode = Literal["Router", "Service"]
+RoutingMode = Literal["Router", "Service", "InferencePool"]
 
 
 class Routing(ApiModel):
@@ -207,12 +219,18 @@ class Routing(ApiModel):
         default="Router",
         description="Router: the Service selects `replicas` router pods (`gpumix route`) that "
         "split every size bucket across the pools as planned. Service: it selects the vLLM pods "
-        "directly and no router is deployed.",
+        "directly and no router is deployed. InferencePool: for a Gateway API Inference "
+        "Extension gateway; the operator emits an InferencePool `<name>` (inference.networking"
+        ".k8s.io/v1) over the vLLM pods whose endpoint picker is `replicas` pods of `gpumix "
+        "route --ext-proc-port` (Service `<name>--picker`), which split the buckets as the "
+        "router does (routing only: no KV migration); the Service `<name>` selects the vLLM pods "
+        "and the InferencePool CRD must be installed.",
     )
     replicas: int = Field(
         default=2,
         ge=1,
-        description="Router pods (mode Router); two or more keep serving while a node drains.",
+        description="Router pods (mode Router) or endpoint pickers (mode InferencePool); two or "
+        "more keep serving while a node drains.",
     )
     max_inflight_per_pod: int = Field(
         default=256,
@@ -221,6 +239,12 @@ class Routing(ApiModel):
         "pool has every pod at this limit is answered 429 (`gpumix route "
         "--max-inflight-per-pod`).",
     )
+
+
+KV_VIA_ROUTER = (
+    "kvMigration.via Router needs routing.mode Router (the router holds the streams it moves); "
+    "with another routing mode set kvMigration.via: Engine (engines with the admin contract)"
+)
 
 
 class LLMServiceSpec(ApiModel):
@@ -246,6 +270,13 @@ class LLMServiceSpec(ApiModel):
                     "rule": "!has(self.batch) || self.priority == 'Batch'",
                     "message": "batch needs priority: Batch",
                     "fieldPath": ".batch",
+                },
+                {
+                    "rule": "!has(self.kvMigration) || !self.kvMigration.enabled || "
+                    "self.kvMigration.via != 'Router' || !has(self.routing) || "
+                    "self.routing.mode == 'Router'",
+                    "message": KV_VIA_ROUTER,
+                    "fieldPath": ".kvMigration.via",
                 },
             ]
         }
@@ -276,6 +307,12 @@ class LLMServiceSpec(ApiModel):
     scaling: Scaling = Field(default_factory=Scaling)
     batch: Batch | None = Field(default=None, description="Deadline and backlog (priority Batch).")
     routing: Routing = Field(default_factory=Routing)
+    template: PodTemplate | None = Field(
+        default=None,
+        description="Partial pod template merged into every vLLM pod (env, volumes, resources, "
+        "pull secrets, scheduling, labels); not the GPU request, the pool's node selector or "
+        "the container's name, image, args and port.",
+    )
 
     @model_validator(mode="after")
     def _check_replicas(self) -> Self:
@@ -292,6 +329,9 @@ class LLMServiceSpec(ApiModel):
             )
         if self.batch is not None and self.priority != "Batch":
             raise ValueError("batch needs priority: Batch")
+        kv = self.kv_migration
+        if kv.enabled and kv.via == "Router" and self.routing.mode != "Router":
+            raise ValueError(KV_VIA_ROUTER)
         return self
 
 

@@ -21,6 +21,7 @@ from gpumix.operator.view import ClusterView
 from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
 from gpumix.reconcile.objects import desired_objects, unwanted_objects
 from gpumix.render import Owner, router_name
+from gpumix.render.inferencepool import is_picker
 
 log = logging.getLogger("gpumix.planner")
 KV_FIELD = "kvScheduler"
@@ -156,8 +157,11 @@ class Planner:
                     self._guard(
                         "delete", self.writer.delete, "apps/v1", "Deployment", ns, deployment
                     )
-                deployed = router is not None
-                for ref in unwanted_objects(service, owner, router_deployed=deployed):
+                deployed, picker = router is not None, is_picker(router)
+                unwanted = unwanted_objects(
+                    service, owner, router_deployed=deployed, picker_deployed=picker
+                )
+                for ref in unwanted:
                     if not self._guard("delete", self.writer.delete, *ref):
                         break
             if sd.target is not None:

@@ -20,6 +20,7 @@ from gpumix.api import GPUProfile, GPUProfileSpec, SloTable
 from gpumix.api.gpuprofile import TPDegree
 from gpumix.profiles.catalog import GPUType
 from gpumix.profiles.models import ModelShape
+from gpumix.profiles.vllm import ASSUMED
 
 GIB = 1024**3
 
@@ -30,9 +31,13 @@ class RooflineParams(BaseModel):
     bandwidth_efficiency: float = Field(default=0.75, gt=0, le=1)
     compute_efficiency: float = Field(default=0.5, gt=0, le=1)
     step_overhead_ms: float = Field(default=3.0, ge=0, description="Scheduler + kernel launches.")
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="vLLM's default.")
+    gpu_memory_utilization: float = Field(
+        default=ASSUMED.gpu_memory_utilization, gt=0, le=1, description="As the pods run vLLM."
+    )
     activation_reserve_gib: float = Field(default=1.0, ge=0)
-    max_num_seqs: int = Field(default=256, ge=1, description="vLLM's default batch limit.")
+    max_num_seqs: int = Field(
+        default=ASSUMED.max_num_seqs, ge=1, description="As the pods run vLLM (batch limit)."
+    )
 
 
 CALIBRATED: dict[str, RooflineParams] = {

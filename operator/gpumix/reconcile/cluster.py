@@ -71,6 +71,7 @@ from gpumix.reconcile.capacity import (
 from gpumix.reconcile.clock import parse_time
 from gpumix.reconcile.conditions import set_condition
 from gpumix.reconcile.kvmigration import planned_targets, reductions
+from gpumix.reconcile.pods import annotate_pods
 from gpumix.reconcile.scaling import observed, pacing_input, with_forecast
 from gpumix.reconcile.service import (
     EventSpec,
@@ -315,6 +316,9 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
         )  # fmt: skip
     for key in planned:  # status.batch and DeadlineOnTrack: gpumix.reconcile.batch
         decisions[key] = annotate_batch(decisions[key], batches.get(key), now=snap.now)
+    for c in plannable:  # PodsMatchPlan: gpumix.reconcile.pods
+        if c.key in planned:
+            decisions[c.key] = annotate_pods(decisions[c.key], c.service, pools, now=snap.now)
     last_good = {k: wd.last_good for k, wd in workloads.items() if wd.last_good is not None}
     return ClusterDecision(
         pool_status=statuses, services=decisions, invalid=invalid, last_good=last_good

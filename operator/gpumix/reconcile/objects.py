@@ -1,5 +1,5 @@
-"""The child objects one service's decision asks for (Deployments, Services, routing, the
-router), and the router's objects to delete once routing no longer asks for them."""
+"""The child objects one service's decision asks for (the model cache, Deployments, Services,
+routing, the router), and the router's objects to delete once routing no longer asks for them."""
 
 from typing import Any, NamedTuple
 
@@ -8,6 +8,8 @@ from gpumix.reconcile.service import ServiceDecision
 from gpumix.render import (
     ROUTER_KINDS,
     Owner,
+    render_cache_claim,
+    render_cache_job,
     render_deployment,
     render_engines_service,
     render_router,
@@ -15,6 +17,8 @@ from gpumix.render import (
     render_service,
     router_name,
 )
+from gpumix.render.inferencepool import MODE as INFERENCE_POOL
+from gpumix.render.inferencepool import inference_pool_refs, render_inference_pool_objects
 
 
 class ObjectRef(NamedTuple):
@@ -41,7 +45,13 @@ def desired_objects(
     if decision.apply is None or decision.target is None:
         return []
     spec = service.spec
-    objects = [
+    # The cache first: a pod that mounts it needs the claim, and waits for the Job's marker.
+    objects = (
+        [render_cache_claim(owner, spec), render_cache_job(owner, spec)]
+        if spec.model.cache is not None
+        else []
+    )
+    objects += [
         render_deployment(owner, spec, pools[p], decision.choices[p], n)
         for p, n in sorted(decision.apply.items())
         if p in pools and p in decision.choices
@@ -52,24 +62,30 @@ def desired_objects(
     objects.append(
         render_routing_configmap(owner, spec, decision.shares, serving, decision.choices)
     )
-    if spec.routing.mode == "Router":
+    if spec.routing.mode != "Service":
         objects += render_router(owner, spec, router_image)
+    if spec.routing.mode == INFERENCE_POOL:
+        objects += render_inference_pool_objects(owner)
     return objects
 
 
 def unwanted_objects(
-    service: LLMService, owner: Owner, *, router_deployed: bool
+    service: LLMService, owner: Owner, *, router_deployed: bool, picker_deployed: bool = False
 ) -> list[ObjectRef]:
     """The router's objects when routing mode is Service but its Deployment (which the operator
     watches) still exists, e.g. after a switch from mode Router; the Service ``<service>``
-    selects the vLLM pods again in the same pass.
+    selects the vLLM pods again in the same pass. The InferencePool and the picker's Service
+    when the mode is no longer InferencePool but the Deployment is still the picker
+    (``picker_deployed``: :func:`gpumix.render.inferencepool.is_picker`).
 
-    In :data:`ROUTER_KINDS` order, the Deployment last: deleting stops at the first failure, so
-    the Deployment stays visible and the next pass tries the lot again.
+    Those first, then in :data:`ROUTER_KINDS` order, the Deployment last: deleting stops at the
+    first failure, so the Deployment stays visible and the next pass tries the lot again.
     """
-    if service.spec.routing.mode == "Router" or not router_deployed:
-        return []
-    name = router_name(owner.name)
-    return [
-        ObjectRef(api_version, kind, owner.namespace, name) for api_version, kind in ROUTER_KINDS
-    ]
+    mode = service.spec.routing.mode
+    refs = []
+    if picker_deployed and mode != INFERENCE_POOL:
+        refs = [ObjectRef(v, kind, owner.namespace, n) for v, kind, n in inference_pool_refs(owner)]
+    if mode == "Service" and router_deployed:
+        name = router_name(owner.name)
+        refs += [ObjectRef(v, kind, owner.namespace, name) for v, kind in ROUTER_KINDS]
+    return refs

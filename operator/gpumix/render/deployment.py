@@ -7,7 +7,10 @@ the Mélange plan (§5.4.3's ``B``), with the pool's node selector, tolerations 
 from typing import Any
 
 from gpumix.api import GPUPool, LLMServiceSpec, Toleration
+from gpumix.api.podtemplate import CONTAINER, GPU_RESOURCE
 from gpumix.problem import PoolChoice
+from gpumix.profiles.vllm import engine_args, for_workload
+from gpumix.render.cache import with_cache
 from gpumix.render.names import (
     Owner,
     deployment_name,
@@ -15,11 +18,10 @@ from gpumix.render.names import (
     object_meta,
     selector_for,
 )
+from gpumix.render.podtemplate import apply_template
 
-CONTAINER = "vllm"
 PORT = 8000
 PORT_NAME = "http"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 TERMINATION_GRACE_SECONDS = 60
 """Time for vLLM to finish in-flight requests after SIGTERM; long generations are cut off."""
@@ -43,8 +45,10 @@ def toleration_dict(toleration: Toleration) -> dict[str, str]:
 
 def vllm_args(spec: LLMServiceSpec, gpus_per_replica: int) -> list[str]:
     """Arguments of the ``vllm/vllm-openai`` image, whose entrypoint is the OpenAI API server;
-    tensor parallelism spans the replica's GPUs, and the user's extra args come last."""
+    tensor parallelism spans the replica's GPUs, the engine settings are those the plan assumed
+    (`gpumix.profiles.vllm`), and the user's extra args come last (and replace ours they set)."""
     model = spec.model
+    settings = for_workload(spec.workload, model.name)
     return [
         "--model",
         model.name,
@@ -54,6 +58,7 @@ def vllm_args(spec: LLMServiceSpec, gpus_per_replica: int) -> list[str]:
         str(gpus_per_replica),
         "--port",
         str(PORT),
+        *engine_args(settings, model.args),
         *model.args,
     ]
 
@@ -101,6 +106,22 @@ def render_deployment(
         raise ValueError(f"choice is for pool {choice.pool!r}, not {pool.name!r}")
     gpus = choice.gpus_per_replica
     labels = labels_for(owner.name, pool.name, gpus)
+    pod = {
+        "metadata": {
+            "annotations": dict(SCRAPE_ANNOTATIONS),
+            "labels": dict(labels),  # a copy: no aliasing between the two label maps
+        },
+        "spec": {
+            "containers": [_container(spec, gpus)],
+            # Service links would inject VLLM_PORT=tcp://… into the pod for a Service named
+            # "vllm", which vLLM reads as its own port setting and fails on.
+            "enableServiceLinks": False,
+            "nodeSelector": dict(sorted(pool.spec.node_selector.items())),
+            "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+            "tolerations": [toleration_dict(t) for t in pool.spec.tolerations],
+            "volumes": [{"emptyDir": {"medium": "Memory"}, "name": "dshm"}],
+        },
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -117,21 +138,6 @@ def render_deployment(
                 "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
                 "type": "RollingUpdate",
             },
-            "template": {
-                "metadata": {
-                    "annotations": dict(SCRAPE_ANNOTATIONS),
-                    "labels": dict(labels),  # a copy: no aliasing between the two label maps
-                },
-                "spec": {
-                    "containers": [_container(spec, gpus)],
-                    # Service links would inject VLLM_PORT=tcp://… into the pod for a Service
-                    # named "vllm", which vLLM reads as its own port setting and fails on.
-                    "enableServiceLinks": False,
-                    "nodeSelector": dict(sorted(pool.spec.node_selector.items())),
-                    "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-                    "tolerations": [toleration_dict(t) for t in pool.spec.tolerations],
-                    "volumes": [{"emptyDir": {"medium": "Memory"}, "name": "dshm"}],
-                },
-            },
+            "template": apply_template(with_cache(pod, owner, spec), spec.template),
         },
     }

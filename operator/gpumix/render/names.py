@@ -129,9 +129,31 @@ def router_name(service: str) -> str:
     return _role_name(service, "router")
 
 
+def picker_service_name(service: str) -> str:
+    """``<service>--picker``: the Service over the endpoint pickers (routing mode
+    InferencePool), which the InferencePool's ``endpointPickerRef`` names (a DNS-1035 label)."""
+    return _role_name(service, "picker", dns1035=True)
+
+
 def engines_service_name(service: str) -> str:
     """``<service>--engines``: the headless Service over the vLLM pods (a DNS-1035 label)."""
     return _role_name(service, "engines", dns1035=True)
+
+
+def cache_claim_name(service: str) -> str:
+    """``<service>--model-cache``: the PersistentVolumeClaim holding the model's weights."""
+    return _role_name(service, "model-cache")
+
+
+def cache_key(text: str) -> str:
+    """A stable short key of ``text``: a model's done-marker, the download Job's suffix."""
+    return _digest(text)
+
+
+def cache_job_name(service: str, pod_template: str) -> str:
+    """``<service>--model-cache-<key>`` with a key of the Job's pod template: a Job's template
+    is immutable, so another model or env gets a new Job (which finds what is already cached)."""
+    return safe_name(service, "", "model-cache", cache_key(pod_template))
 
 
 def _app_labels(service: str, name: str, component: str) -> dict[str, str]:
@@ -173,6 +195,22 @@ def router_labels(service: str) -> dict[str, str]:
     """The router's objects and pods: ``gpumix.io/router``, never ``gpumix.io/service``."""
     labels = {**_app_labels(service, "gpumix-router", "router"), ROUTER_LABEL: label_value(service)}
     return dict(sorted(labels.items()))
+
+
+def cache_labels(service: str) -> dict[str, str]:
+    """The model-cache claim, Job and download pod: no selector label of the vLLM pods."""
+    return dict(sorted(_app_labels(service, "gpumix-model-cache", "model-cache").items()))
+
+
+PICKER_COMPONENT = "endpoint-picker"
+
+
+def picker_labels(service: str) -> dict[str, str]:
+    """The router Deployment and pods in routing mode InferencePool, where they are endpoint
+    pickers: the router's selector label (one Deployment whichever the mode, so a switch rolls
+    it), another ``app.kubernetes.io`` name and component."""
+    picker = _app_labels(service, "gpumix-endpoint-picker", PICKER_COMPONENT)
+    return dict(sorted({**picker, ROUTER_LABEL: label_value(service)}.items()))
 
 
 def router_selector(service: str) -> dict[str, str]:

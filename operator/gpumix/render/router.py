@@ -16,7 +16,16 @@ from gpumix.render.deployment import (
     SCRAPE_ANNOTATIONS,
     TERMINATION_GRACE_SECONDS,
 )
-from gpumix.render.names import Owner, object_meta, router_labels, router_name, router_selector
+from gpumix.render.inferencepool import MODE as PICKER_MODE
+from gpumix.render.inferencepool import picker_flags, picker_port
+from gpumix.render.names import (
+    Owner,
+    object_meta,
+    picker_labels,
+    router_labels,
+    router_name,
+    router_selector,
+)
 
 ROUTER_KINDS: tuple[tuple[str, str], ...] = (
     ("v1", "ServiceAccount"),
@@ -46,7 +55,9 @@ def _resources() -> dict[str, Any]:
 
 
 def router_command(owner: Owner, spec: LLMServiceSpec) -> list[str]:
-    """``gpumix route`` for this service, in its namespace, on the engines' port."""
+    """``gpumix route`` for this service, in its namespace, on the engines' port; the endpoint
+    picker in routing mode InferencePool."""
+    picker = picker_flags() if spec.routing.mode == PICKER_MODE else []
     return [
         "gpumix",
         "route",
@@ -60,6 +71,7 @@ def router_command(owner: Owner, spec: LLMServiceSpec) -> list[str]:
         str(spec.routing.max_inflight_per_pod),
         "--log-format",
         "json",
+        *picker,
     ]
 
 
@@ -120,12 +132,14 @@ def render_router_deployment(owner: Owner, spec: LLMServiceSpec, image: str) -> 
     """The apps/v1 Deployment of ``routing.replicas`` router pods running ``image`` (the
     operator's own: ``gpumix route`` ships with it), under the restricted Pod Security profile
     with the operator's user and security contexts."""
-    labels = router_labels(owner.name)
+    picker = spec.routing.mode == PICKER_MODE
+    labels = picker_labels(owner.name) if picker else router_labels(owner.name)
     selector = router_selector(owner.name)
+    port = {"containerPort": PORT, "name": PORT_NAME, "protocol": "TCP"}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(owner),
+        "metadata": object_meta(owner, router_name(owner.name), labels),
         "spec": {
             "replicas": spec.routing.replicas,
             "selector": {"matchLabels": selector},
@@ -144,9 +158,7 @@ def render_router_deployment(owner: Owner, spec: LLMServiceSpec, image: str) -> 
                             "image": image,
                             "livenessProbe": _probe("/health", period=10),
                             "name": CONTAINER,
-                            "ports": [
-                                {"containerPort": PORT, "name": PORT_NAME, "protocol": "TCP"}
-                            ],
+                            "ports": [port, picker_port()] if picker else [port],
                             # Ready once the routing table is loaded and a vLLM pod is ready.
                             "readinessProbe": _probe("/ready", period=5),
                             "resources": _resources(),

@@ -1,5 +1,7 @@
 """`gpumix route`: run the router of one LLMService (in-cluster, as the operator deploys it), or
-of a static plan and engine list (``--routing-file`` and ``--engine``; no Kubernetes)."""
+of a static plan and engine list (``--routing-file`` and ``--engine``; no Kubernetes). With
+``--ext-proc-port`` it is the service's endpoint picker for a Gateway API Inference Extension
+gateway instead (:mod:`gpumix.route.picker`): the same plan, watches and routing core."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from pydantic import ValidationError
 from gpumix.cliargs import Parser, fail, positive_int, tcp_port
 from gpumix.operator.run import api_client
 from gpumix.route.engines import Engines
+from gpumix.route.picker import Picker, start_grpc
 from gpumix.route.proxy import Proxy
 from gpumix.route.table import RoutingTable
 from gpumix.route.watch import start_watches
@@ -89,6 +92,13 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         help=f"port of the admin API the KV loop migrates through (/admin/inflight, "
         f"/admin/migrate; default {ADMIN_PORT}; 0: none, and streams are relayed as they come)",
     )
+    route.add_argument(
+        "--ext-proc-port",
+        type=tcp_port,
+        help="be the endpoint picker of an InferencePool instead: Envoy's ext_proc and gRPC "
+        "health on this port, only /metrics, /health and /ready on --port; routing only (no "
+        "admin API, no migration)",
+    )
     route.add_argument("--log-format", choices=["plain", "json"], default="json")
     route.set_defaults(func=run_router)
 
@@ -113,7 +123,11 @@ def run_router(args: argparse.Namespace) -> int:
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,
     )
     logging.getLogger("gpumix").setLevel(logging.INFO)
-    proxy = Proxy(max_inflight=args.max_inflight_per_pod, migration=args.admin_port != 0)
+    proxy = (
+        Picker(max_inflight=args.max_inflight_per_pod)
+        if args.ext_proc_port is not None
+        else Proxy(max_inflight=args.max_inflight_per_pod, migration=args.admin_port != 0)
+    )
     if static:
         table = _static_table(args.routing_file)
         unknown = sorted({pool for pool, _ in args.engine} - set(table.pools))
@@ -130,6 +144,9 @@ async def _serve(proxy: Proxy, args: argparse.Namespace) -> None:
         start_watches(
             proxy, api_client(args.kubeconfig, args.context), args.namespace, args.service
         )
+    if isinstance(proxy, Picker):
+        await _serve_picker(proxy, args)
+        return
     # A client that goes away cancels its handler, which closes the engine connection: how the
     # engine learns to abort (vLLM aborts a request whose connection closes).
     runner = web.AppRunner(proxy.app(), handler_cancellation=True, access_log=None)
@@ -150,6 +167,22 @@ async def _serve(proxy: Proxy, args: argparse.Namespace) -> None:
         await until_signalled(runner, admin)
     else:
         await until_signalled(runner)
+
+
+async def _serve_picker(picker: Picker, args: argparse.Namespace) -> None:
+    """Metrics and probes over HTTP first (its cleanup context opens the tokenizer's engine
+    connections), then ext_proc; on a signal, gRPC stops taking streams before HTTP goes."""
+    runner = web.AppRunner(picker.metrics_app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, args.bind, args.port).start()
+    server = await start_grpc(picker, args.bind, args.ext_proc_port)
+    log.info("picking on %s:%d (ext_proc), metrics on :%d", args.bind, args.ext_proc_port,
+             args.port)  # fmt: skip
+    try:
+        await until_signalled()
+    finally:
+        await server.stop(grace=5.0)
+        await runner.cleanup()
 
 
 async def until_signalled(*runners: web.BaseRunner) -> None:

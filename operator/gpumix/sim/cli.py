@@ -131,7 +131,8 @@ def _simulate(args: argparse.Namespace) -> int:
             spec,
             plan=plan,
             router=args.router,
-            engine=_engine_config(args),
+            # Without the flag, the engine the service's Deployment configures (its lengths).
+            engine=_engine_config(args) if args.chunked_prefill else None,
             ttft_slo_ms=args.ttft_ms,
         )
     except NoUsablePoolError as err:

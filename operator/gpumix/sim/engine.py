@@ -30,26 +30,42 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpumix.profiles.roofline import Roofline
+from gpumix.profiles.vllm import ASSUMED, VllmSettings, token_budget
 from gpumix.sim.request import Request, blocks_for
 
 Listener = Callable[[Request], None]
 
 
 class EngineConfig(BaseModel):
-    """vLLM scheduler settings the simulator honours (vLLM's defaults unless noted)."""
+    """vLLM scheduler settings the simulator honours; defaults are what the plan assumes of the
+    pods it deploys (`gpumix.profiles.vllm.ASSUMED`), the rest vLLM's own."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    block_size: int = Field(default=16, ge=1)
-    max_num_seqs: int = Field(default=256, ge=1)
+    block_size: int = Field(default=ASSUMED.block_size, ge=1)
+    max_num_seqs: int = Field(default=ASSUMED.max_num_seqs, ge=1)
     max_num_batched_tokens: int | None = Field(
-        default=None,
+        default=ASSUMED.max_num_batched_tokens,
         ge=1,
-        description="Tokens per step; default 2048 with chunked prefill, else the context length.",
+        description="Tokens per step; default `token_budget` of the chunking and max_model_len.",
     )
-    chunked_prefill: bool = False
+    chunked_prefill: bool = ASSUMED.enable_chunked_prefill
+    max_model_len: int | None = Field(
+        default=ASSUMED.max_model_len, ge=1, description="Longest request; default the model's."
+    )
     watermark: float = Field(default=0.01, ge=0, lt=1, description="KV share kept free on admit.")
     max_decode_run: int = Field(default=256, ge=1, description="Steps simulated as one event.")
+
+    @classmethod
+    def of(cls, settings: VllmSettings) -> EngineConfig:
+        """The engine a pod deployed with ``settings`` runs."""
+        return cls(
+            block_size=settings.block_size,
+            max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+            chunked_prefill=settings.enable_chunked_prefill,
+            max_model_len=settings.max_model_len,
+        )
 
 
 _IDLE, _PREFILL, _DECODE, _MIXED = 0, 1, 2, 3
@@ -75,10 +91,11 @@ class Engine:
         self.price_per_hour = price_per_hour
         self.bs = cfg.block_size
         self.kv_blocks = max(0, roofline.kv_capacity_tokens // cfg.block_size)
-        self.max_tokens = min(roofline.model.max_context, self.kv_blocks * cfg.block_size)
+        model_len = cfg.max_model_len or roofline.model.max_context
+        self.max_tokens = min(model_len, self.kv_blocks * cfg.block_size)
         """Longest prompt + output this pod can hold (vLLM's max_model_len, capped by KV)."""
-        self.max_batched = cfg.max_num_batched_tokens or (
-            2048 if cfg.chunked_prefill else max(2048, roofline.model.max_context)
+        self.max_batched = cfg.max_num_batched_tokens or token_budget(
+            cfg.chunked_prefill, model_len
         )
         self.watermark_blocks = int(cfg.watermark * self.kv_blocks)
         self.waiting: deque[Request] = deque()

@@ -2,8 +2,9 @@
 
 The plan is either given (allocation counts per pool, optionally the per-bucket `share` of each
 pool) or solved here exactly as `gpumix plan` would (Mélange's ILP over the service's pools and
-profiles). Pods: one engine per replica, of the pool's GPU type and replica size. Routing weights
-for Mélange's load balancer: the plan's `share` when known, else MaxTput per pool (App. A.2).
+profiles). Pods: one engine per replica, of the pool's GPU type and replica size, configured as
+the Deployment configures vLLM (`gpumix.profiles.vllm`) unless `engine` says otherwise. Routing
+weights for Mélange's load balancer: the plan's `share` when known, else MaxTput per pool (A.2).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from gpumix.api import GPUPool, GPUProfile, LLMService
 from gpumix.plan import solve
 from gpumix.problem import NoUsablePoolError, build_problem, pool_price
 from gpumix.profiles.models import model_shape
+from gpumix.profiles.vllm import for_workload
 from gpumix.route import RoutingTable, histogram_prior
 from gpumix.sim import traffic
 from gpumix.sim.cluster import PodGroup, build_pods, run
@@ -134,7 +136,9 @@ def simulate_service(
                 price_per_gpu_hour=pool_price(pool) or 0.0,
             )
         )
-    pods = build_pods(groups, model_shape(service.spec.model.name), engine)
+    model = service.spec.model.name
+    config = engine or EngineConfig.of(for_workload(service.spec.workload, model))
+    pods = build_pods(groups, model_shape(model), config)
     requests = make_traffic(service, traffic_spec)
     wl = service.spec.workload
     pool_of = [g.pool for g in groups for _ in range(g.replicas)]

@@ -100,6 +100,74 @@ def _tp2_spec(spec: LLMServiceSpec) -> LLMServiceSpec:
     return spec.model_copy(update={"model": model})
 
 
+TEMPLATE = {
+    "metadata": {
+        "labels": {"team": "search", "app.kubernetes.io/name": "not-vllm"},
+        "annotations": {"sidecar.istio.io/inject": "false", "prometheus.io/scrape": "false"},
+    },
+    "spec": {
+        "serviceAccountName": "llm-serving",
+        "priorityClassName": "inference",
+        "imagePullSecrets": [{"name": "registry"}],
+        "nodeSelector": {"topology.kubernetes.io/zone": "z2", "cloud.example/spot": "false"},
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"},
+        ],
+        "affinity": {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {"team": "search"}},
+                        },
+                    }
+                ]
+            }
+        },
+        "volumes": [{"name": "certs", "configMap": {"name": "ca-bundle"}}],
+        "containers": [
+            {
+                "name": "vllm",
+                "env": [
+                    {
+                        "name": "HF_TOKEN",
+                        "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}},
+                    },
+                    {"name": "HF_HUB_OFFLINE", "value": "0"},
+                ],
+                "envFrom": [{"configMapRef": {"name": "vllm-env"}}],
+                "volumeMounts": [
+                    {"name": "certs", "mountPath": "/etc/ssl/extra", "readOnly": True}
+                ],
+                "resources": {
+                    "requests": {"cpu": 8, "memory": "64Gi"},
+                    "limits": {"memory": "64Gi"},
+                },
+            }
+        ],
+    },
+}
+"""Every field of spec.template, with the overlaps the merge rules decide: a pool toleration
+repeated, a pool node-selector key (zone) set otherwise, gpumix's label and annotation keys, an
+env var the cache sets."""
+
+
+def _templated_spec(spec: LLMServiceSpec) -> LLMServiceSpec:
+    return LLMServiceSpec.model_validate(
+        {
+            **spec.model_dump(by_alias=True, exclude_none=True),
+            "model": {
+                "name": "meta-llama/Llama-3.1-8B-Instruct",
+                "cache": {"size": "40Gi", "storageClassName": "shared-nfs"},
+            },
+            "template": TEMPLATE,
+        }
+    )
+
+
 def _l4() -> GPUPool:
     return make_pool("l4", "l4")
 
@@ -156,6 +224,7 @@ class Inputs:
     owner: Owner
     spec: LLMServiceSpec
     tp2_spec: LLMServiceSpec
+    templated_spec: LLMServiceSpec
     l4: GPUPool
     a100: GPUPool
     choices: dict[str, PoolChoice]
@@ -169,6 +238,7 @@ def make_inputs() -> Inputs:
         owner=_owner(),
         spec=spec,
         tp2_spec=_tp2_spec(spec),
+        templated_spec=_templated_spec(spec),
         l4=_l4(),
         a100=_a100(),
         choices=_choices(),

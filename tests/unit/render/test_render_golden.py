@@ -12,6 +12,8 @@ from gpumix.api import Routing
 from gpumix.render import (
     ROUTER_KINDS,
     ROUTING_KEY,
+    render_cache_claim,
+    render_cache_job,
     render_deployment,
     render_engines_service,
     render_router,
@@ -29,6 +31,17 @@ def test_deployment_tensor_parallel(inputs: Inputs) -> None:
     i = inputs
     rendered = render_deployment(i.owner, i.tp2_spec, i.a100, i.choices["a100-80gb"], 1)
     assert_golden("deployment-a100-80gb-tp2", rendered)
+
+
+def test_deployment_with_template_and_cache(inputs: Inputs) -> None:
+    i = inputs
+    rendered = render_deployment(i.owner, i.templated_spec, i.a100, i.choices["a100-80gb"], 2)
+    assert_golden("deployment-templated", rendered)
+
+
+def test_model_cache_objects(inputs: Inputs) -> None:
+    assert_golden("cache-claim", render_cache_claim(inputs.owner, inputs.templated_spec))
+    assert_golden("cache-job", render_cache_job(inputs.owner, inputs.templated_spec))
 
 
 def test_service(inputs: Inputs) -> None:

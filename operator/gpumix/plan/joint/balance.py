@@ -19,6 +19,7 @@ from gpumix.plan.joint.result import ServiceAllocation
 from gpumix.plan.result import SolverName
 from gpumix.plan.solvers import run
 
+
 def balanced(
     service: ServiceDemand,
     alloc: ServiceAllocation,
