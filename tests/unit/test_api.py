@@ -101,7 +101,11 @@ def test_over_provision_scales_bucket_rates() -> None:
             "spec.batch.backlogRequests",
             "greater than or equal to 0",
         ),
-        ({"routing": {"mode": "Proxy"}}, "spec.routing.mode", "'Router', 'Service' or 'InferencePool'"),
+        (
+            {"routing": {"mode": "Proxy"}},
+            "spec.routing.mode",
+            "'Router', 'Service' or 'InferencePool'",
+        ),
         ({"routing": {"replicas": 0}}, "spec.routing.replicas", "greater than or equal to 1"),
         (
             {"routing": {"maxInflightPerPod": 0}},
