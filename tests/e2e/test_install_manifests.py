@@ -126,7 +126,7 @@ def test_the_installed_role_is_the_generated_one(kube: KubeTarget, installed: fl
     can = kube.kubectl("auth", "can-i", "--list", f"--as={sa}").stdout
     assert "secrets" not in can
     for verb, resource in [("get", "secrets"), ("update", "llmservices.gpumix.io"),
-                           ("delete", "services"), ("patch", "nodes")]:  # fmt: skip
+                           ("delete", "nodes"), ("patch", "nodes")]:  # fmt: skip
         out = kube.kubectl("auth", "can-i", verb, resource, f"--as={sa}", check=False)
         assert out.stdout.strip() == "no", (verb, resource)
 
