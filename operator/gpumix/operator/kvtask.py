@@ -20,7 +20,7 @@ import logging
 import time
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -34,7 +34,6 @@ from gpumix.operator.view import ClusterView
 from gpumix.profiles.models import model_shape
 from gpumix.reconcile.digest import running_services
 from gpumix.reconcile.kvmigration import (
-    EngineGauges,
     KvPod,
     PodSample,
     decide_pass,
@@ -47,6 +46,7 @@ from gpumix.reconcile.kvmigration import (
 )
 
 log = logging.getLogger("gpumix.kv")
+T = TypeVar("T")
 
 Fetch = Callable[[str], dict[str, Any]]
 ADMIN_TIMEOUT_S = 2.0
@@ -191,17 +191,8 @@ class KvLoop:
 
     def _from_engines(self, groups: dict[str, list[KvPod]]) -> dict[str, PodSample | str]:
         """Each pod's admin listing (``via: Engine``)."""
-        samples: dict[str, PodSample | str] = {}
-        for group in groups.values():
-            for pod in group:
-                if pod.url is None:
-                    samples[pod.name] = "no pod IP or admin-url annotation"
-                    continue
-                try:
-                    samples[pod.name] = sample(pod, self.fetch(pod.url))
-                except Exception as err:  # any failure is "no data"
-                    samples[pod.name] = _why(err)
-        return samples
+        return _per_pod(groups, lambda p: p.url, lambda p, url: sample(p, self.fetch(url)),
+                        "no pod IP or admin-url annotation")  # fmt: skip
 
     def _through_routers(
         self, groups: dict[str, list[KvPod]], routers: list[str]
@@ -213,14 +204,28 @@ class KvLoop:
                 ledgers[url] = json.loads(self.get(f"{url}/admin/inflight"))
             except Exception as err:  # a replica that does not answer: no data
                 ledgers[url] = _why(err)
-        gauges: dict[str, EngineGauges | str] = {}
-        for group in groups.values():
-            for pod in group:
-                if pod.engine_url is None:
-                    gauges[pod.name] = "no pod IP or engine-url annotation"
-                    continue
-                try:
-                    gauges[pod.name] = engine_gauges(self.get(f"{pod.engine_url}/metrics"))
-                except Exception as err:
-                    gauges[pod.name] = _why(err)
+        gauges = _per_pod(groups, lambda p: p.engine_url,
+                          lambda _, url: engine_gauges(self.get(f"{url}/metrics")),
+                          "no pod IP or engine-url annotation")  # fmt: skip
         return ledger_samples(groups, ledgers, gauges)
+
+
+def _per_pod(
+    groups: dict[str, list[KvPod]],
+    url_of: Callable[[KvPod], str | None],
+    read: Callable[[KvPod, str], T],
+    no_url: str,
+) -> dict[str, T | str]:
+    """``read`` each pod at its URL; for a pod without one, or whose read fails, why not."""
+    out: dict[str, T | str] = {}
+    for group in groups.values():
+        for pod in group:
+            url = url_of(pod)
+            if url is None:
+                out[pod.name] = no_url
+                continue
+            try:
+                out[pod.name] = read(pod, url)
+            except Exception as err:  # any failure is "no data"
+                out[pod.name] = _why(err)
+    return out

@@ -106,6 +106,14 @@ def admin_url(body: Mapping[str, Any]) -> str | None:
     return pod_url(body, ADMIN_URL_ANNOTATION, ADMIN_PORT)
 
 
+def _live(body: Mapping[str, Any]) -> bool:
+    """Running and not being deleted."""
+    meta = body.get("metadata") or {}
+    return (
+        not meta.get("deletionTimestamp") and (body.get("status") or {}).get("phase") == "Running"
+    )
+
+
 def live_pods(
     pods: Iterable[Mapping[str, Any]], namespace: str, service: str
 ) -> dict[str, list[KvPod]]:
@@ -116,7 +124,7 @@ def live_pods(
         labels = meta.get("labels") or {}
         if meta.get("namespace") != namespace or labels.get(SERVICE_LABEL) != service:
             continue
-        if meta.get("deletionTimestamp") or (body.get("status") or {}).get("phase") != "Running":
+        if not _live(body):
             continue
         option = pool_key(labels)
         if option is None:
@@ -144,7 +152,7 @@ def router_urls(pods: Iterable[Mapping[str, Any]], namespace: str, service: str)
         labels = meta.get("labels") or {}
         if meta.get("namespace") != namespace or labels.get(ROUTER_LABEL) != label_value(service):
             continue
-        if meta.get("deletionTimestamp") or (body.get("status") or {}).get("phase") != "Running":
+        if not _live(body):
             continue
         url = admin_url(body)
         if url is not None:

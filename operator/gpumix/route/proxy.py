@@ -517,7 +517,12 @@ class Proxy:
                     del self.relays[rid]
                 tokens = len(progress.generated_ids)
                 return await self._end_stream(
-                    response, rid=rid, leg=relay.current, done=done, tokens=tokens, status="200"
+                    response,
+                    rid=rid,
+                    pod=relay.current.pod if relay.current else decision.pod,
+                    done=done,
+                    tokens=tokens,
+                    status="200",
                 )
             await response.write(first)
             self.metrics.added_ttft.observe(sent - start + time.perf_counter() - received)
@@ -537,9 +542,13 @@ class Proxy:
                     extra={"request": rid, "pod": decision.pod, "error": type(err).__name__},
                 )
             tokens = _usage_tokens(recent) or events
-            leg = Leg(pod=decision.pod, pool=decision.pool)
             return await self._end_stream(
-                response, rid=rid, leg=leg, done=done, tokens=tokens, status=str(upstream.status)
+                response,
+                rid=rid,
+                pod=decision.pod,
+                done=done,
+                tokens=tokens,
+                status=str(upstream.status),
             )
         finally:
             # Back to the pool when read to the end; otherwise (client gone, engine failed) the
@@ -551,7 +560,7 @@ class Proxy:
         response: web.StreamResponse,
         *,
         rid: str,
-        leg: Leg | None,
+        pod: str,
         done: bool,
         tokens: int,
         status: str,
@@ -562,7 +571,6 @@ class Proxy:
             self._completed(rid, tokens)
             self.metrics.responses.labels(status).inc()
         else:
-            pod = leg.pod if leg is not None else "?"
             message = f"engine {pod} stopped before the answer ended"
             error = json.dumps(error_body(message, 502, "BadGatewayError")).encode()
             await response.write(b"data: " + error + b"\n\n" + _DONE + b"\n\n")

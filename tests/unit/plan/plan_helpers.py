@@ -59,16 +59,19 @@ def brute_force_cost(inst: AllocationInstance) -> float | None:
                 break
         if not ok:
             continue
-        counts = [math.ceil(load - 1e-9) for load in loads]
-        if any(
-            g.max_count is not None and c > g.max_count
-            for g, c in zip(inst.gpus, counts, strict=True)
-        ):
-            continue
-        cost = sum(c * g.cost_per_hour for c, g in zip(counts, inst.gpus, strict=True))
-        if best is None or cost < best:
+        cost = _cost(inst, [math.ceil(load - 1e-9) for load in loads])
+        if cost is not None and (best is None or cost < best):
             best = cost
     return best
+
+
+def _cost(inst: AllocationInstance, counts: list[int]) -> float | None:
+    """Cost of buying ``counts`` units per type; None beyond a type's ``max_count``."""
+    if any(
+        g.max_count is not None and c > g.max_count for g, c in zip(inst.gpus, counts, strict=True)
+    ):
+        return None
+    return sum(c * g.cost_per_hour for c, g in zip(counts, inst.gpus, strict=True))
 
 
 @st.composite
@@ -134,14 +137,10 @@ def exact_brute_force_cost(
                     loads[k] += n * Fraction(inst.rates[i][j]) / (s_factor * Fraction(tput))
         if not ok:
             continue
-        counts = [max(int(load > 0), math.ceil(load - Fraction(slack))) for load in loads]
-        if any(
-            g.max_count is not None and c > g.max_count
-            for g, c in zip(inst.gpus, counts, strict=True)
-        ):
-            continue
-        cost = sum(c * g.cost_per_hour for c, g in zip(counts, inst.gpus, strict=True))
-        if best is None or cost < best:
+        cost = _cost(
+            inst, [max(int(load > 0), math.ceil(load - Fraction(slack))) for load in loads]
+        )
+        if cost is not None and (best is None or cost < best):
             best = cost
     return best
 
