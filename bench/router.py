@@ -1009,8 +1009,8 @@ async def phase_streams(rig: Rig, cfg: Config) -> dict[str, Any]:
 
 async def run_bench(cfg: Config, children: Children, summary: dict[str, Any]) -> None:
     n_pods = len(POOLS) * PODS_PER_POOL
-    ports = _free_ports(n_pods + 1)
-    engine_ports, proxy_port = ports[:n_pods], ports[n_pods]
+    ports = _free_ports(n_pods + 2)
+    engine_ports, proxy_port, admin_port = ports[:n_pods], ports[n_pods], ports[n_pods + 1]
     routing = children.workdir / "routing.json"
     routing.write_text(json.dumps(routing_document()))
     engine = children.start(
@@ -1034,6 +1034,8 @@ async def run_bench(cfg: Config, children: Children, summary: dict[str, Any]) ->
         "127.0.0.1",
         "--port",
         str(proxy_port),
+        "--admin-port",
+        str(admin_port),
         "--log-format",
         "plain",
         "--max-inflight-per-pod",

@@ -85,13 +85,14 @@ def router(
     """`gpumix route` with `routing` as its routing file, in front of `engines` ((pool, url) of
     pools the routing names); yields {"pod", "url"} like sim_pods once it is ready."""
     (directory / "routing.json").write_text(json.dumps(routing))
-    port = free_port()
+    port, admin = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
     flags = [f for pool, engine in engines for f in ("--engine", f"{pool}={engine}")]
     log = (directory / "router.log").open("wb")
     proc = subprocess.Popen(
         [gpumix_command(), "route", "--routing-file", str(directory / "routing.json"), *flags,
-         "--bind", "127.0.0.1", "--port", str(port), "--log-format", "plain"],
+         "--bind", "127.0.0.1", "--port", str(port), "--admin-port", str(admin),
+         "--log-format", "plain"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
