@@ -11,6 +11,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from gpumix.api import GROUP, VERSION
 from gpumix.render import FIELD_MANAGER
@@ -24,6 +25,7 @@ class KubeWriter:
         self._dynamic = DynamicClient(api)
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
+        self._apis = client.ApisApi(api)
         self._last_applied: dict[tuple[str, str, str, str], dict[str, Any]] = {}
 
     def apply(self, obj: dict[str, Any]) -> bool:
@@ -44,9 +46,22 @@ class KubeWriter:
         self._last_applied[key] = obj
         return True
 
+    def serves(self, api_version: str) -> bool:
+        """Whether the apiserver serves the API group version ``group/version`` (one GET /apis,
+        where a miss in the dynamic client's discovery would re-read every group)."""
+        group, _, version = api_version.partition("/")
+        groups = self._apis.get_api_versions().groups or []
+        return any(
+            g.name == group and any(v.version == version for v in g.versions) for g in groups
+        )
+
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        """Delete one namespaced object (of any kind we apply); one already gone is fine."""
-        resource = self._dynamic.resources.get(api_version=api_version, kind=kind)
+        """Delete one namespaced object (of any kind we apply); one already gone, or of a kind
+        the apiserver does not serve (a CRD since removed), is fine."""
+        try:
+            resource = self._dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            return
         try:
             self._dynamic.delete(resource, name=name, namespace=namespace)
         except ApiException as err:

@@ -21,6 +21,8 @@ from gpumix.operator.view import ClusterView
 from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
 from gpumix.reconcile.objects import desired_objects, unwanted_objects
 from gpumix.render import Owner, router_name
+from gpumix.render.inferencepool import API_VERSION as INFERENCE_POOL_API
+from gpumix.render.inferencepool import MODE as INFERENCE_POOL
 from gpumix.render.inferencepool import is_picker
 
 log = logging.getLogger("gpumix.planner")
@@ -42,6 +44,10 @@ def _same_status(
         return _dump(model.model_validate(old or {})) == new
     except ValidationError:
         return False
+
+
+def _routing_mode(body: dict[str, Any]) -> Any:
+    return ((body.get("spec") or {}).get("routing") or {}).get("mode")
 
 
 def _observation_metrics(ns: str, name: str, status: LLMServiceStatus) -> None:
@@ -82,6 +88,8 @@ class Planner:
         self.budget_per_hour = budget_per_hour
         self._exported: set[tuple[str, str]] = set()
         """Services with metrics series, so that deleted ones are forgotten."""
+        self._pools_served = True
+        """Whether the apiserver served the InferencePool kind when last asked."""
         self.ready = asyncio.Event()
         """Set after the first pass, so that probes can tell a working operator."""
 
@@ -105,10 +113,21 @@ class Planner:
         start = time.perf_counter()
         snapshot = self.view.snapshot(now_rfc3339(), self.time_limit_s, self.budget_per_hour)
         snapshot = await self.observer.attach(snapshot)  # Prometheus, in a worker thread
+        if any(_routing_mode(b) == INFERENCE_POOL for b in snapshot.services):
+            await asyncio.to_thread(self._ask_for_inference_pools)
+            snapshot = snapshot.model_copy(update={"inference_pools_served": self._pools_served})
         decision = await asyncio.to_thread(plan_cluster, snapshot)
         self.observer.remember(decision.last_good)
         await asyncio.to_thread(self._write, decision, snapshot.now)
         metrics.PASSES.observe(time.perf_counter() - start)
+
+    def _ask_for_inference_pools(self) -> None:
+        """Discovery of the InferencePool kind; a failed lookup keeps the last answer."""
+        try:
+            self._pools_served = self.writer.serves(INFERENCE_POOL_API)
+        except Exception:
+            metrics.ERRORS.labels(stage="discovery").inc()
+            log.exception("discovery of %s failed", INFERENCE_POOL_API)
 
     def _write(self, decision: ClusterDecision, now: str) -> None:
         pools_raw = {k[1]: b for k, b in self.view.objects["pools"].items()}
@@ -150,6 +169,7 @@ class Planner:
                     pools,
                     router_image=self.router_image,
                     router_ready=available > 0,
+                    inference_pools_served=decision.inference_pools_served,
                 )
                 for obj in objects:
                     self._guard("apply", self.writer.apply, obj)

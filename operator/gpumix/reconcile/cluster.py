@@ -70,6 +70,7 @@ from gpumix.reconcile.capacity import (
 )
 from gpumix.reconcile.clock import parse_time
 from gpumix.reconcile.conditions import set_condition
+from gpumix.reconcile.gateway import annotate_gateway
 from gpumix.reconcile.kvmigration import planned_targets, reductions
 from gpumix.reconcile.pods import annotate_pods
 from gpumix.reconcile.scaling import observed, pacing_input, with_forecast
@@ -127,6 +128,9 @@ class Snapshot(BaseModel):
     observations: dict[ObjectKey, ServiceObservation] = {}
     """Services with `source: Prometheus` the operator observed this pass; such a service
     missing here is one it cannot observe (no `--prometheus-url`)."""
+    inference_pools_served: bool = True
+    """Whether the apiserver serves the InferencePool kind (`gpumix.reconcile.gateway`); looked
+    up only while a service asks for routing mode InferencePool."""
 
 
 class InvalidObject(BaseModel):
@@ -145,6 +149,8 @@ class ClusterDecision(BaseModel):
     invalid: list[InvalidObject] = []
     last_good: dict[ObjectKey, ObservedWorkload] = {}
     """Per observed service, the last good observation to remember for the next pass."""
+    inference_pools_served: bool = True
+    """The snapshot's: while False, no InferencePool object is applied."""
 
 
 def _key(body: dict[str, Any]) -> ObjectKey:
@@ -316,13 +322,17 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
         )  # fmt: skip
     for key in planned:  # status.batch and DeadlineOnTrack: gpumix.reconcile.batch
         decisions[key] = annotate_batch(decisions[key], batches.get(key), now=snap.now)
-    for c in plannable:  # PodsMatchPlan: gpumix.reconcile.pods
+    for c in plannable:  # PodsMatchPlan (gpumix.reconcile.pods), InferencePool (.gateway)
         if c.key in planned:
             decisions[c.key] = annotate_pods(decisions[c.key], c.service, pools, now=snap.now)
+        decisions[c.key] = annotate_gateway(
+            decisions[c.key], c.service, served=snap.inference_pools_served, now=snap.now
+        )
     last_good = {k: wd.last_good for k, wd in workloads.items() if wd.last_good is not None}
     return ClusterDecision(
-        pool_status=statuses, services=decisions, invalid=invalid, last_good=last_good
-    )
+        pool_status=statuses, services=decisions, invalid=invalid, last_good=last_good,
+        inference_pools_served=snap.inference_pools_served,
+    )  # fmt: skip
 
 
 class _Candidate(BaseModel):

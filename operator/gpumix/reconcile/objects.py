@@ -38,10 +38,13 @@ def desired_objects(
     *,
     router_image: str,
     router_ready: bool,
+    inference_pools_served: bool = True,
 ) -> list[dict[str, Any]]:
     """What to server-side apply this pass, in order; empty when the decision leaves everything
     alone. ``router_image`` runs the router pods (``routing.mode: Router``); ``router_ready``:
-    the router Deployment has an available pod, so the Service may point at the routers."""
+    the router Deployment has an available pod, so the Service may point at the routers. The
+    InferencePool only while the apiserver serves its kind (``inference_pools_served``; the
+    picker and its Service either way: `gpumix.reconcile.gateway`)."""
     if decision.apply is None or decision.target is None:
         return []
     spec = service.spec
@@ -65,7 +68,11 @@ def desired_objects(
     if spec.routing.mode != "Service":
         objects += render_router(owner, spec, router_image)
     if spec.routing.mode == INFERENCE_POOL:
-        objects += render_inference_pool_objects(owner)
+        objects += [
+            o
+            for o in render_inference_pool_objects(owner)
+            if inference_pools_served or o["kind"] != "InferencePool"
+        ]
     return objects
 
 

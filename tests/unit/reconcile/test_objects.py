@@ -103,3 +103,16 @@ def test_the_router_is_deleted_while_its_deployment_outlives_mode_router(
         return
     assert refs == [ObjectRef(v, k, "default", "chat--router") for v, k in ROUTER_KINDS]
     assert refs[-1].kind == "Deployment"  # last: a failed delete before it is retried
+
+
+@pytest.mark.parametrize("served", [True, False])
+def test_routing_mode_inference_pool_applies_the_pool_only_where_its_kind_is_served(
+    chat: LLMService, served: bool
+) -> None:
+    service = _service(chat, "InferencePool")
+    objects = desired_objects(service, OWNER, _decision(chat), {"l4": POOL}, router_image=IMAGE,
+                              router_ready=True, inference_pools_served=served)  # fmt: skip
+    tail = [("Deployment", "chat--router"), ("Service", "chat--picker")]
+    kinds = _kinds(objects)
+    assert kinds[-len(tail) - served :] == tail + ([("InferencePool", "chat")] if served else [])
+    assert sum(kind == "InferencePool" for kind, _ in kinds) == served
