@@ -145,7 +145,7 @@ def scale_bench(
         joint_times.append(time.perf_counter() - t0)
         assert joint is not None
         t0 = time.perf_counter()
-        seq = solve_sequential(inst, time_limit_s=time_limit)
+        seq = solve_sequential(inst, time_limit_s=time_limit, gap_rel=gap)
         seq_times.append(time.perf_counter() - t0)
     joint_s, seq_s = statistics.median(joint_times), statistics.median(seq_times)
     compact: dict[str, Any] = {}

@@ -27,6 +27,7 @@ from gpumix.plan.joint import benders
 from gpumix.plan.joint import model as jm
 from gpumix.plan.joint.balance import balanced
 from gpumix.plan.joint.instance import JointInstance, Objective, Priority, ServiceDemand
+from gpumix.plan.joint.inturn import in_turn
 from gpumix.plan.joint.result import JointAllocation, ServiceAllocation
 from gpumix.plan.joint.validate import validate_joint
 from gpumix.plan.result import SolveResult, SolverName
@@ -221,22 +222,87 @@ def _separately(
         if instance.budget_per_hour is not None and cost > instance.budget_per_hour:
             return None
     stages = [stage for part in parts for stage in part.stages]
-    gaps = [r.gap for r in stages if r.gap is not None]
     status = "optimal" if all(r.status == "optimal" for r in stages) else "feasible"
+    message = f"{len(parts)} services solved separately; no pool or budget binds"
+    return _union(instance, parts, stages, status, message)
+
+
+def _union(
+    instance: JointInstance,
+    parts: list[JointAllocation],
+    stages: list[SolveResult],
+    status: str,
+    message: str,
+) -> JointAllocation:
+    """One plan of single-service plans (each over the same pools), its result summing
+    ``stages``: every solve that went into it."""
+    gaps = [r.gap for r in stages if r.gap is not None]
     last = stages[-1].model_copy(update={
         "seconds": sum(r.seconds for r in stages), "status": status,
-        "objective": sum(r.objective or 0.0 for r in stages), "gap": max(gaps, default=None),
-        "message": f"{len(parts)} services solved separately; no pool or budget binds",
+        "objective": sum(part.cost_per_hour + part.churn_cost for part in parts),
+        "gap": max(gaps, default=None), "message": message,
     })  # fmt: skip
     return JointAllocation(
         objective=Objective.MIN_COST,
         services={n: a for part in parts for n, a in part.services.items()},
-        pool_gpus=pool_gpus,
-        cost_per_hour=cost,
+        pool_gpus={p.name: sum(part.pool_gpus[p.name] for part in parts) for p in instance.pools},
+        cost_per_hour=sum(part.cost_per_hour for part in parts),
         churn_cost=sum(part.churn_cost for part in parts),
         result=last,
         stages=stages,
     )
+
+
+def _in_turn_plan(
+    instance: JointInstance,
+    solver: SolverName,
+    limit: float,
+    gap: float,
+    before: list[SolveResult],
+    *,
+    joint: JointAllocation | None = None,
+) -> JointAllocation | None:
+    """The services planned in turn (:func:`in_turn`) as one plan, when that serves them all
+    and ``joint`` (the time-boxed joint search's plan, if it found one) is dearer; ``before``:
+    the joint search's solves, kept in the plan's stages.
+
+    A joint plan must never be dearer than the plan the operator made one service at a time
+    (#19), yet at fleet size a time-boxed joint ILP can stop far above it. Same objective on
+    both sides: cost plus Coral §4.3's churn penalty.
+    """
+
+    def solve_one(alone: JointInstance) -> JointAllocation | None:
+        try:  # one service's solve is small: it gets the time a fallback gets, at least
+            return _full_service(alone, solver, max(limit, FALLBACK_MIN_S), gap, [], decompose=True)
+        except SolverError:  # no plan in time: no floor either
+            return None
+
+    planned = [plan for _, plan in in_turn(instance, solve_one)]
+    parts = [plan for plan in planned if plan is not None]
+    if len(parts) < len(planned):
+        return None
+    stages = [*before, *(stage for part in parts for stage in part.stages)]
+    cost = sum(part.cost_per_hour + part.churn_cost for part in parts)
+    if joint is None:
+        message = "the services planned in turn: the joint search stopped with no plan"
+    elif cost < joint.cost_per_hour + joint.churn_cost - STAGE_TOL:
+        message = (
+            f"the services planned in turn: the joint search stopped at its time limit on "
+            f"{joint.cost_per_hour + joint.churn_cost:.2f} $/h (gap {joint.result.gap or 0:.1%}), "
+            f"dearer than their {cost:.2f} $/h"
+        )
+    else:
+        return None
+    return _union(instance, parts, stages, "feasible", message)
+
+
+def _at_least_in_turn(
+    instance: JointInstance, joint: JointAllocation, solver: SolverName, limit: float, gap: float
+) -> JointAllocation:
+    """``joint`` (stopped at its time limit short of its gap), or the services planned in turn
+    when that is cheaper (:func:`_in_turn_plan`)."""
+    floor = _in_turn_plan(instance, solver, limit, gap, joint.stages, joint=joint)
+    return joint if floor is None else floor
 
 
 def _full_service(
@@ -285,7 +351,17 @@ def _min_cost(
             return separate
     partial = instance.allow_partial
     if not any_unservable:
-        full = _full_service(instance, solver, limit, gap, stages, decompose=decompose)
+        try:
+            full = _full_service(instance, solver, limit, gap, stages, decompose=decompose)
+        except SolverError:  # stopped with no plan at all: planning in turn may still find one
+            if (
+                len(instance.services) < 2
+                or (floor := _in_turn_plan(instance, solver, limit, gap, stages)) is None
+            ):
+                raise
+            return floor
+        if full is not None and full.result.status != "optimal" and len(instance.services) > 1:
+            return _at_least_in_turn(instance, full, solver, limit, gap)
         if full is not None:
             return full
         if not partial and not any(s.min_replicas for s in instance.services):

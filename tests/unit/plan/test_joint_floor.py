@@ -1,0 +1,75 @@
+"""The joint plan is never dearer than planning the services in turn (#19's floor): when the
+joint search stops at its time limit on a dearer plan, or with none, the in-turn plan is kept."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gpumix.plan.joint import (
+    JointInstance,
+    PoolLimit,
+    ReplicaOption,
+    ServiceDemand,
+    solve_joint,
+    solve_sequential,
+    validate_joint,
+)
+from gpumix.plan.joint.solve import _at_least_in_turn
+
+POOLS = {"l4": 0.8, "a10g": 1.0, "a100": 3.7, "h100": 4.4}  # $/h per replica
+SPEED = {"l4": 1.0, "a10g": 1.3, "a100": 4.5, "h100": 6.5}  # × a small replica's req/s
+
+
+def fleet(services: int, seed: int, squeeze: float = 0.6) -> JointInstance:
+    """`services` services of 3 × 4 buckets over four pools: the two cheap ones hold `squeeze`
+    of what the services alone would take there, so the services compete for them; the two
+    dear ones have no limit, so every service can be served."""
+    rng = random.Random(seed)
+    demands = []
+    for i in range(services):
+        rates = [[rng.choice([0.0, rng.uniform(0.2, 6.0)]) for _ in range(4)] for _ in range(3)]
+        rates[0][0] += 1.0
+        options = [
+            ReplicaOption(
+                name=pool, pool=pool, cost_per_hour=price,
+                max_tput=[[SPEED[pool] * (3.0 - r) * (1.5 - 0.25 * c) * rng.uniform(0.8, 1.2)
+                           for c in range(4)] for r in range(3)],
+            )
+            for pool, price in POOLS.items()
+        ]  # fmt: skip
+        demands.append(ServiceDemand(name=f"s{i}", rates=rates, options=options, slice_factor=8))
+    free = JointInstance(services=demands, pools=[PoolLimit(name=p) for p in POOLS])
+    alone = solve_joint(free)
+    assert alone is not None
+    limits = [
+        PoolLimit(name=p, gpus=int(squeeze * alone.pool_gpus[p]) if POOLS[p] < 2 else None)
+        for p in POOLS
+    ]
+    return free.model_copy(update={"pools": limits, "allow_partial": False})
+
+
+@pytest.mark.parametrize("time_limit", [0.01, 0.05, 30.0])
+def test_a_time_boxed_joint_plan_is_never_dearer_than_planning_in_turn(time_limit: float) -> None:
+    inst = fleet(12, seed=3)
+    in_turn = solve_sequential(inst)
+    assert in_turn.served == len(inst.services)  # else there is no floor to hold
+    plan = solve_joint(inst, time_limit_s=time_limit)  # 0.01 s: the joint search stops early
+    assert plan is not None
+    assert all(a.unserved_rate == 0 for a in plan.services.values())
+    assert plan.cost_per_hour + plan.churn_cost <= in_turn.cost_per_hour + 1e-6
+
+
+def test_a_dearer_joint_plan_gives_way_to_the_in_turn_plan() -> None:
+    inst = fleet(4, seed=5)
+    best = solve_joint(inst)
+    assert best is not None
+    dear = best.model_copy(update={"cost_per_hour": best.cost_per_hour * 3})
+    kept = _at_least_in_turn(inst, dear, "highs", 30.0, 0.0)
+    in_turn = solve_sequential(inst)
+    assert kept.result.message.startswith("the services planned in turn")
+    assert kept.cost_per_hour == pytest.approx(in_turn.cost_per_hour)
+    assert validate_joint(inst, kept) == []
+    # A joint plan at least as cheap as planning in turn is kept as it is.
+    assert _at_least_in_turn(inst, best, "highs", 30.0, 0.0).services == best.services
