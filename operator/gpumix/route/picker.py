@@ -46,14 +46,8 @@ from prometheus_client import CollectorRegistry
 from gpumix.route.body import max_tokens_of, prompt_tokens_given
 from gpumix.route.core import Decision, PoolFullError, RoutingCore
 from gpumix.route.engines import Engines
-from gpumix.route.proxy import (
-    _RECENT,
-    BYTES_PER_TOKEN,
-    MAX_ATTEMPTS,
-    Proxy,
-    _events,
-    _usage_tokens,
-)
+from gpumix.route.proxy import BYTES_PER_TOKEN, MAX_ATTEMPTS, Proxy
+from gpumix.route.stream import RECENT_BYTES, count_events, usage_tokens
 
 log = logging.getLogger("gpumix.route")
 
@@ -414,10 +408,10 @@ class Picker(Proxy):
     def _response_body(self, x: Exchange, body: Any) -> list[Any]:
         chunk = bytes(body.body)
         eos = body.end_of_stream or body.end_of_stream_without_message
-        n, finished, x.tail = _events(chunk, x.tail)
+        n, finished, x.tail = count_events(chunk, x.tail)
         x.events += n
         x.done = x.done or finished
-        x.recent = (x.recent + chunk)[-_RECENT:]
+        x.recent = (x.recent + chunk)[-RECENT_BYTES:]
         core = self.core
         if core is not None and x.streaming:
             core.progress(x.rid, x.events)
@@ -434,7 +428,7 @@ class Picker(Proxy):
         x.ended = True
         self.metrics.responses.labels(x.status).inc()
         if x.status == "200" and (x.done or not x.streaming):
-            self._completed(x.rid, _usage_tokens(x.recent) or x.events or None)
+            self._completed(x.rid, usage_tokens(x.recent) or x.events or None)
 
 
 class ExtProcService(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]

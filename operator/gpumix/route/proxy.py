@@ -39,6 +39,7 @@ from gpumix.route.core import Decision, PoolFullError, RoutingCore
 from gpumix.route.engines import Engines
 from gpumix.route.predict import histogram_prior
 from gpumix.route.relay import Leg, MoveResult, Relay
+from gpumix.route.stream import DONE, RECENT_BYTES, count_events, usage_tokens
 from gpumix.route.table import RoutingTable
 
 log = logging.getLogger("gpumix.route")
@@ -47,10 +48,6 @@ MAX_ATTEMPTS = 3
 """Pods one request may be tried on before its first byte (the first and two retries)."""
 BYTES_PER_TOKEN = 4
 """Prompt-length estimate when no engine can tokenize (about 4 bytes per token in English BPE)."""
-_DONE = b"data: [DONE]"
-_RECENT = 8192
-"""Bytes of a stream's end kept to read the usage chunk from."""
-_EVENT = b"data:"
 
 MOVE_TIMEOUT_S = 60.0
 """How long a move request waits for the target's first token before answering 'pending'."""
@@ -497,7 +494,7 @@ class Proxy:
                     headers={**extra, "Content-Type": content_type},
                 )
                 if upstream.status == 200:
-                    self._completed(rid, _usage_tokens(answer))
+                    self._completed(rid, usage_tokens(answer))
                 self.metrics.added_ttft.observe(sent - start)
                 return self._count(out)
             response = web.StreamResponse(
@@ -526,22 +523,22 @@ class Proxy:
                 )
             await response.write(first)
             self.metrics.added_ttft.observe(sent - start + time.perf_counter() - received)
-            events, done, tail = _events(first, b"")
-            recent = first[-_RECENT:]
+            events, done, tail = count_events(first, b"")
+            recent = first[-RECENT_BYTES:]
             try:
                 async for chunk in upstream.content.iter_any():
                     await response.write(chunk)
-                    n, finished, tail = _events(chunk, tail)
+                    n, finished, tail = count_events(chunk, tail)
                     events += n
                     done = done or finished
-                    recent = (recent + chunk)[-_RECENT:]
+                    recent = (recent + chunk)[-RECENT_BYTES:]
                     core.progress(rid, events)
             except (TimeoutError, aiohttp.ClientError) as err:
                 log.warning(
                     "engine failed mid-stream",
                     extra={"request": rid, "pod": decision.pod, "error": type(err).__name__},
                 )
-            tokens = _usage_tokens(recent) or events
+            tokens = usage_tokens(recent) or events
             return await self._end_stream(
                 response,
                 rid=rid,
@@ -573,7 +570,7 @@ class Proxy:
         else:
             message = f"engine {pod} stopped before the answer ended"
             error = json.dumps(error_body(message, 502, "BadGatewayError")).encode()
-            await response.write(b"data: " + error + b"\n\n" + _DONE + b"\n\n")
+            await response.write(b"data: " + error + b"\n\n" + DONE + b"\n\n")
             self.metrics.responses.labels("502").inc()
         await response.write_eof()
         return response
@@ -615,32 +612,3 @@ class Proxy:
                 continue
         self.metrics.tokenize_fallbacks.inc()
         return _estimate(body)
-
-
-def _events(chunk: bytes, tail: bytes) -> tuple[int, bool, bytes]:
-    """SSE events that start in ``chunk`` (``tail``: the previous chunk's last bytes, so an
-    event marker split across two chunks counts once), whether ``[DONE]`` arrived, and the new
-    tail. One event is one token as vLLM streams (no speculative decoding); the usage chunk,
-    when present, gives the exact count instead."""
-    data = tail + chunk
-    n = data.count(_EVENT) - tail.count(_EVENT)
-    done = _DONE in data and _DONE not in tail
-    return n - done, done, data[-(len(_DONE) - 1) :]
-
-
-def _usage_tokens(answer: bytes) -> int | None:
-    """``usage.completion_tokens`` of a JSON answer, or of the last SSE event that carries it."""
-    for part in reversed(answer.split(b"\n\n")):
-        text = part.strip()
-        if text.startswith(_EVENT):
-            text = text[len(_EVENT) :].strip()
-        if not text.startswith(b"{") or b"completion_tokens" not in text:
-            continue
-        try:
-            usage = json.loads(text).get("usage") or {}
-        except ValueError:
-            continue
-        tokens = usage.get("completion_tokens")
-        if isinstance(tokens, int):
-            return tokens
-    return None
