@@ -26,6 +26,14 @@ active pods), migration cost (mean ms a migrated request is held up, share of re
 preemptions. Ratios are against BF, WF and LB of the same run; "batching" compares MELL with and
 without §VI-C operation batching.
 
+Each rate also runs LB, MELL and MELL-nobatch again on the same workload and seed with
+**recompute migration** only, as the router does it on stock vLLM (issue #16,
+`gpumix.kvsched.recompute_only`): a migration costs the destination's `Roofline.prefill_s` of the
+request's prompt + generated tokens plus `ROUTER_OVERHEAD_S` (measured by bench/router.py), and
+§V's computation budget is counted ("over budget"); BF and WF never migrate, so their runs serve
+both modes. "dest pause" is the request-time the re-prefills would stall the destinations'
+running requests (no chunked prefill), reported, not charged.
+
 Usage: ``.venv/bin/python bench/kvsched.py [--quick] [--json] [--requests N] [--seed S]``
 """
 
@@ -35,8 +43,8 @@ import argparse
 import json
 import math
 import time
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -46,9 +54,11 @@ from gpumix.kvsched import (
     LinkProfile,
     Mell,
     MigrationProfile,
+    Move,
     kv_only,
     make_baseline,
     plan_migrations,
+    recompute_only,
 )
 from gpumix.kvsched.state import Cluster
 from gpumix.profiles.catalog import gpu_type
@@ -60,6 +70,16 @@ RATES = (0.5, 0.8, 1.1)
 SCALE = 10
 SCHEDULERS = ("BF", "WF", "LB", "MELL", "MELL-nobatch")
 BASES = ("BF", "WF", "LB")
+MIGRATING = ("LB", "MELL", "MELL-nobatch")
+"""The schedulers that migrate (BF and WF never do: their runs are the same in both modes)."""
+Migration = Literal["kv", "recompute"]
+
+ROUTER_OVERHEAD_S = 0.008
+"""What the router adds to a recompute migration beyond the destination's prefill, from
+``bench/router.py`` section 6 (``migration.router_added_ms``: the client-visible blackout − the
+target's time to its first token of the continuation − the wait for the source's next token):
+mean 7.6 ms over 24 moves in the full run recorded in bench/README.md (p50 0.6 ms; two moves
+caught one ~84 ms stall of the shared VM), rounded up to 8 ms."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +159,12 @@ def simulate(
     prompts: np.ndarray,
     outputs: np.ndarray,
     epoch_s: float,
+    migration: Migration = "kv",
 ) -> dict[str, Any]:
+    """One scheduler over one workload. ``migration``: ``kv``, MELL's §V choice between KV
+    transfer and re-prefill (LB: always KV transfer, Llumnix); ``recompute``, every scheduler's
+    migrations re-prefill prompt + generated tokens on the destination plus the router's
+    overhead (stock vLLM through the router, issue #16), §V's budget still counted."""
     cap = roof.kv_capacity_tokens
     sched = _make(sched_name, cap, setup.pods_per_node)
     look = math.ceil(epoch_s / roof.decode_step_s(1, 0)) + 1
@@ -158,6 +183,7 @@ def simulate(
     over_budget = 0
     modes = {"kv": 0, "tokens": 0}
     req_time = 0.0
+    paused = 0.0  # request-seconds of decode paused on destinations by re-prefills
     finish = np.full(n, np.nan)
     while nxt < n or running:
         t += epoch_s
@@ -188,13 +214,19 @@ def simulate(
             def node_of(pid: int, node: dict[int, int] = node) -> int:
                 return node.get(pid, pid // setup.pods_per_node)
 
-            if sched_name == "LB":
+            if migration == "recompute":
+                plan = recompute_only(_actual(res.moves, prompts, gen), prof, ROUTER_OVERHEAD_S)
+            elif sched_name == "LB":
                 plan = kv_only(res.moves, node_of, prof)
             else:
                 plan = plan_migrations(res.moves, node_of, prof)
             for ch in plan.choices:
                 stall[ch.move.rid] += ch.seconds
                 modes[ch.mode] += 1
+                if ch.mode == "tokens":  # no chunked prefill: the destination's decodes wait
+                    dst = sched.c.pods.get(ch.move.dst)  # None: emptied again this epoch
+                    others = len(dst.reqs) - 1 if dst is not None else 0
+                    paused += max(0, others) * prof.prefill_s(ch.move.tokens)
             moves += len(plan.choices)
             move_s += plan.seconds
             over_budget += plan.over_budget
@@ -234,9 +266,42 @@ def simulate(
         "kv_transfers": modes["kv"],
         "reprefills": modes["tokens"],
         "over_budget": over_budget,
+        "destination_pause_share_of_request_time": round(paused / req_time, 5) if req_time else 0.0,
         "preemptions": preempts,
         "latency_mean_s": round(float(np.nanmean(lat)), 2),
     }
+
+
+def _actual(moves: list[Move], prompts: np.ndarray, gen: np.ndarray) -> list[Move]:
+    """The moves with the tokens a re-prefill computes: the request's prompt + generated tokens
+    now (the scheduler's sizes are projected to the end of the epoch)."""
+    return [replace(mv, tokens=int(prompts[mv.rid] + gen[mv.rid])) for mv in moves]
+
+
+def _ratios(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
+    mell = runs["MELL"]
+    return {
+        f"gpus_{kind}_vs_{b}": round(mell[f"gpus_{kind}"] / runs[b][f"gpus_{kind}"], 3)
+        for kind in ("mean", "peak")
+        for b in BASES
+    }
+
+
+def _table(runs: dict[str, dict[str, Any]]) -> None:
+    print(
+        "    scheduler     GPUs peak  mean   migr/s  KV util  migr ms  migr share"
+        "  KV/re-prefill  over budget  dest pause  preempt  latency s"
+    )
+    for s, r in runs.items():
+        print(
+            f"    {s:<13} {r['gpus_peak']:>8} {r['gpus_mean']:>6.1f} "
+            f"{r['migrations_per_s']:>8.3f} {100 * r['kv_util_mean']:>7.1f}% "
+            f"{r['migration_ms_mean']:>8.1f} "
+            f"{100 * r['migration_share_of_request_time']:>9.2f}%"
+            f"  {r['kv_transfers']:>6}/{r['reprefills']:<6} {r['over_budget']:>11} "
+            f"{100 * r['destination_pause_share_of_request_time']:>10.2f}% "
+            f"{r['preemptions']:>8} {r['latency_mean_s']:>9.1f}"
+        )
 
 
 def _pct(a: float, b: float) -> str:
@@ -267,43 +332,39 @@ def main() -> int:
         per_rate: dict[str, Any] = {}
         for rate in RATES:
             times, prompts, outputs, clipped = workload(trace, rate, n, cap, args.seed)
-            runs = {
-                s: simulate(s, setup=setup, roof=roof, prof=prof, times=times, prompts=prompts,
-                            outputs=outputs, epoch_s=args.epoch)
-                for s in SCHEDULERS
-            }  # fmt: skip
-            mell, nob = runs["MELL"], runs["MELL-nobatch"]
-            ratios = {
-                f"gpus_mean_vs_{b}": round(mell["gpus_mean"] / runs[b]["gpus_mean"], 3)
-                for b in ("BF", "WF", "LB")
-            } | {
-                f"gpus_peak_vs_{b}": round(mell["gpus_peak"] / runs[b]["gpus_peak"], 3)
-                for b in ("BF", "WF", "LB")
+            run = {"setup": setup, "roof": roof, "prof": prof, "times": times,
+                   "prompts": prompts, "outputs": outputs, "epoch_s": args.epoch}  # fmt: skip
+            runs = {s: simulate(s, **run) for s in SCHEDULERS}
+            # The same workload and seed with the router's recompute migration (stock vLLM).
+            recompute = {s: runs[s] for s in BASES if s not in MIGRATING} | {
+                s: simulate(s, **run, migration="recompute") for s in MIGRATING
             }
+            recompute = {s: recompute[s] for s in SCHEDULERS}
+            assert all(runs[s]["migrations"] == 0 for s in BASES if s not in MIGRATING)
+            mell, nob = runs["MELL"], runs["MELL-nobatch"]
+            ratios: dict[str, float | None] = dict(_ratios(runs))
             ratios["migrations_batching_vs_nobatch"] = (
                 round(mell["migrations"] / nob["migrations"], 3) if nob["migrations"] else None
             )
             per_rate[str(rate)] = {"clipped_share": round(clipped, 3), "runs": runs,
-                                   "ratios": ratios}  # fmt: skip
+                                   "ratios": ratios,
+                                   "recompute": {"runs": recompute,
+                                                 "ratios": _ratios(recompute)}}  # fmt: skip
             print(f"  λ = {rate} req/s, {n} requests ({100 * clipped:.0f}% clipped to C)")
+            print("   migration by KV transfer or re-prefill (MELL §V; LB: KV transfer)")
+            _table(runs)
+            print("   recompute migration through the router (stock vLLM; BF/WF do not migrate)")
+            _table({s: recompute[s] for s in MIGRATING})
+            rmell = recompute["MELL"]
             print(
-                "    scheduler     GPUs peak  mean   migr/s  KV util  migr ms  migr share"
-                "  KV/re-prefill  preempt  latency s"
-            )
-            for s, r in runs.items():
-                print(
-                    f"    {s:<13} {r['gpus_peak']:>8} {r['gpus_mean']:>6.1f} "
-                    f"{r['migrations_per_s']:>8.3f} {100 * r['kv_util_mean']:>7.1f}% "
-                    f"{r['migration_ms_mean']:>8.1f} "
-                    f"{100 * r['migration_share_of_request_time']:>9.2f}%"
-                    f"  {r['kv_transfers']:>6}/{r['reprefills']:<6} {r['preemptions']:>8} "
-                    f"{r['latency_mean_s']:>9.1f}"
-                )
-            print(
-                "    MELL mean GPUs vs BF / WF / LB: "
+                "    MELL mean GPUs vs BF / WF / LB, KV transfer: "
                 + " / ".join(_pct(mell["gpus_mean"], runs[b]["gpus_mean"]) for b in BASES)
-                + "; peak: "
+                + "; recompute: "
+                + " / ".join(_pct(rmell["gpus_mean"], recompute[b]["gpus_mean"]) for b in BASES)
+                + "\n    peak, KV transfer: "
                 + " / ".join(_pct(mell["gpus_peak"], runs[b]["gpus_peak"]) for b in BASES)
+                + "; recompute: "
+                + " / ".join(_pct(rmell["gpus_peak"], recompute[b]["gpus_peak"]) for b in BASES)
                 + "; batching changes migrations by "
                 + _pct(mell["migrations"], nob["migrations"])
             )
@@ -317,6 +378,7 @@ def main() -> int:
             "epoch_s": args.epoch,
             "scale": SCALE,
             "seed": args.seed,
+            "router_overhead_s": ROUTER_OVERHEAD_S,
             "wall_s": round(wall, 1),
             "setups": results,
         }

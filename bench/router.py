@@ -14,6 +14,10 @@ the same run length, direct and proxy blocks alternating so that the machine's n
    side (direct and proxy alternating, each block's arrivals replayed on both), and the median
    over blocks of each block's difference (robust to a block disturbed by another job). The
    proxy's own ``gpumix_router_added_ttft_seconds`` (from its /metrics) is shown next to it.
+   A third side, the same router started with ``--admin-port 0`` (streams relayed raw, no
+   :class:`~gpumix.route.relay.Relay`), takes its turn in every block on the same arrivals (the
+   three sides' order rotates per block): the migratable relay's added TTFT, per-chunk delay
+   and router CPU per request are divided by the raw relay's (the cost of a movable stream).
 3. **Per-chunk delay**: the engine stamps every chunk with ``time.monotonic()`` (CLOCK_MONOTONIC,
    one clock for all processes on Linux) just before writing it; the client subtracts it from its
    own ``time.monotonic()`` on receipt. Chunks after the first, same run as (2); proxy − direct
@@ -27,6 +31,20 @@ the same run length, direct and proxy blocks alternating so that the machine's n
 5. **Concurrent streams**: 2,000 streams opened over 4 s (evenly spaced), each 20 tokens 0.5 s
    apart (~10 s), all open at once for ~6 s; intact = HTTP 200, every token in order, the last
    with ``finish_reason``, ``[DONE]``, no error event. Direct first, then through the proxy.
+6. **Migration blackout** (issue #16): two ``gpumix sim serve`` pods (Llama-2-7B on A10G at
+   ``--migration-speed`` 1, so a prefill takes the roofline's time, 33 ms for 64 tokens to 0.5 s
+   for 2,048) behind a third router (its own free ``--admin-port``). N streams (8 quick, 24),
+   prompts of 64–2,048 token IDs (geometric steps, shuffled), ``ignore_eos``; each is opened alone
+   (the client learns its request id from ``/admin/inflight``) and, once the client has 8–24 of
+   its tokens plus a random share of one token gap, moved to the other pod with ``POST
+   /admin/migrate``; 32 tokens follow. Client side: the **blackout** is the longest gap between
+   consecutive tokens that ends between the move request and its answer (A's events are held
+   from the move; B's first token is written before the answer). Target side: the **prefill** is
+   the router's ``prefill_s`` (continuation sent → its first event: B's re-prefill of prompt +
+   generated tokens, including any wait behind B's other prefills); the roofline's
+   ``prefill_s(prompt + generated)`` is shown beside it. Target: blackout ≤ prefill + 50 ms. The
+   router's own share is blackout − prefill − (move request − last token before it). The same
+   requests unmoved, all at once, come first: every moved answer must carry the same text.
 
 **Why a stub engine.** This measures the proxy, not the engine. `gpumix sim serve` (a threading
 HTTP server) saturates long before the proxy does, so the engine here is a minimal aiohttp server
@@ -55,7 +73,8 @@ machine is visible. RLIMIT_NOFILE soft is raised to the hard limit at start. All
 stopped on exit, also on error (and die with this process: PR_SET_PDEATHSIG).
 
 Usage: ``.venv/bin/python bench/router.py [--json] [--quick] [--rate 300] [--rates 100,200,...]
-[--ttft-bound-ms 50] [--streams 2000] [--seed 0]``. ``--quick``: a < 60 s smoke run.
+[--ttft-bound-ms 50] [--streams 2000] [--migrations 24] [--migration-speed 1] [--seed 0]``.
+``--quick``: a < 60 s smoke run.
 """
 
 from __future__ import annotations
@@ -90,6 +109,9 @@ import numpy as np
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpumix.profiles.catalog import gpu_type
+from gpumix.profiles.models import model_shape
+from gpumix.profiles.roofline import Roofline
 from gpumix.route import PoolFullError, RoutingCore, RoutingTable, histogram_prior
 from gpumix.route.cli import until_signalled
 
@@ -741,6 +763,8 @@ class Config:
     stream_interval_s: float
     ramp_s: float
     max_inflight: int
+    migrations: int
+    migration_speed: float
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -765,6 +789,8 @@ def _config(args: argparse.Namespace) -> Config:
         stream_interval_s=0.2 if quick else 0.5,
         ramp_s=1.0 if quick else 4.0,
         max_inflight=1024,
+        migrations=args.migrations or (8 if quick else 24),
+        migration_speed=args.migration_speed,
     )
 
 
@@ -773,11 +799,13 @@ class Rig:
     session: aiohttp.ClientSession
     engine_urls: list[str]
     proxy_url: str
+    raw_url: str
+    """A second router on the same engines with ``--admin-port 0``: streams relayed raw."""
     meter: Meter
 
     def url(self, side: str) -> Callable[[int], str]:
-        if side == "proxy":
-            target = self.proxy_url + "/v1/completions"
+        if side in ("proxy", "raw"):
+            target = (self.proxy_url if side == "proxy" else self.raw_url) + "/v1/completions"
             return lambda _: target
         urls = [u + "/v1/completions" for u in self.engine_urls]
         return lambda k: urls[k % len(urls)]
@@ -802,29 +830,46 @@ class Rig:
         )
 
 
+TTFT_SIDES = ("direct", "proxy", "raw")
+"""The engine directly, the router as it ships (migratable relay), the router with
+``--admin-port 0`` (raw relay)."""
+ROUTER_OF = {"proxy": "proxy", "raw": "raw"}
+"""The Meter's name of each side's router process."""
+
+
 def _sides() -> Iterator[str]:
-    """direct/proxy order per block, alternating which goes first."""
+    """The sides' order per block, rotated by one each block so that each goes first in turn."""
     for k in itertools.count():
-        yield from (("direct", "proxy") if k % 2 == 0 else ("proxy", "direct"))
+        r = k % len(TTFT_SIDES)
+        yield from TTFT_SIDES[r:] + TTFT_SIDES[:r]
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b <= 0:
+        return None
+    return round(a / b, 3)
 
 
 async def phase_ttft(rig: Rig, cfg: Config) -> dict[str, Any]:
     rng = np.random.default_rng(cfg.seed + 1)
     bodies = make_bodies(rng, cfg.ttft_tokens, cfg.ttft_interval_s)
     drain = cfg.ttft_tokens * cfg.ttft_interval_s + 1.0
-    total = {"direct": Record(), "proxy": Record()}
-    cpu: dict[str, list[dict[str, float]]] = {"direct": [], "proxy": []}
+    total = {side: Record() for side in TTFT_SIDES}
+    cpu: dict[str, list[dict[str, float]]] = {side: [] for side in TTFT_SIDES}
+    router_cpu_s = dict.fromkeys(ROUTER_OF, 0.0)
     blocks = []
     order = _sides()
     before = await _scrape(rig.session, rig.proxy_url + "/metrics")
     for b in range(cfg.blocks):
         arrivals = poisson(rng, cfg.rate, cfg.block_s)  # the same arrivals for both sides
         row: dict[str, Any] = {"block": b}
-        for _ in range(2):
+        for _ in TTFT_SIDES:
             side = next(order)
             rec = await rig.offer(side, arrivals, bodies, expect=cfg.ttft_tokens, drain_s=drain)
             total[side].merge(rec)
             cpu[side].append(rec.cpu)
+            if side in ROUTER_OF:
+                router_cpu_s[side] += rec.cpu.get(ROUTER_OF[side], 0.0) * rec.wall
             row[side] = {
                 "ttft_ms": dist_ms(rec.ttft),
                 "chunk_ms": dist_ms(rec.chunk),
@@ -843,7 +888,8 @@ async def phase_ttft(rig: Rig, cfg: Config) -> dict[str, Any]:
             ("added_chunk_p99_ms", "chunk", "p99"),
         ):
             row[name] = _diff(row["proxy"][f"{key}_ms"], row["direct"][f"{key}_ms"], q)
-        for side in ("direct", "proxy"):
+            row[f"{name}_raw"] = _diff(row["raw"][f"{key}_ms"], row["direct"][f"{key}_ms"], q)
+        for side in TTFT_SIDES:
             row[side] = {k: v for k, v in row[side].items() if k not in ("ttft_ms", "chunk_ms")}
         blocks.append(row)
         print(
@@ -853,9 +899,11 @@ async def phase_ttft(rig: Rig, cfg: Config) -> dict[str, Any]:
             f"{_fmt(row['proxy']['ttft_p99_ms'], 3)}; chunk p50 direct "
             f"{_fmt(row['direct']['chunk_p50_ms'], 3)}, proxy "
             f"{_fmt(row['proxy']['chunk_p50_ms'], 3)}"
+            f"; raw relay TTFT {_fmt(row['raw']['ttft_p50_ms'], 3)}/"
+            f"{_fmt(row['raw']['ttft_p99_ms'], 3)}, chunk p50 {_fmt(row['raw']['chunk_p50_ms'], 3)}"
             f"; cores used by other jobs: direct {row['direct']['cpu_cores']['others']:.2f}, proxy "
-            f"{row['proxy']['cpu_cores']['others']:.2f}; proxy process "
-            f"{row['proxy']['cpu_cores']['proxy']:.2f}",
+            f"{row['proxy']['cpu_cores']['others']:.2f}; router process: migratable "
+            f"{row['proxy']['cpu_cores']['proxy']:.2f}, raw {row['raw']['cpu_cores']['raw']:.2f}",
             flush=True,
         )
     after = await _scrape(rig.session, rig.proxy_url + "/metrics")
@@ -863,22 +911,49 @@ async def phase_ttft(rig: Rig, cfg: Config) -> dict[str, Any]:
     for side, rec in total.items():
         rec.cpu = {k: round(float(np.mean([c[k] for c in cpu[side]])), 2) for k in cpu[side][0]}
         out[side] = rec.summary()
-    d, p = out["direct"], out["proxy"]
-    for key in ("ttft", "chunk"):
-        added: dict[str, float | None] = {
-            q: _diff(p[f"{key}_ms"], d[f"{key}_ms"], q) for q in ("p50", "p99", "mean")
-        }
-        for q in ("p50", "p99"):  # robust to one block disturbed by another job
-            per_block = [r[f"added_{key}_{q}_ms"] for r in blocks]
-            known = [x for x in per_block if x is not None]
-            added[f"{q}_median_of_blocks"] = round(float(np.median(known)), 4) if known else None
-        out[f"added_{key}_ms"] = added
+    d = out["direct"]
+    for side, suffix in (("proxy", ""), ("raw", "_raw")):
+        p = out[side]
+        for key in ("ttft", "chunk"):
+            added: dict[str, float | None] = {
+                q: _diff(p[f"{key}_ms"], d[f"{key}_ms"], q) for q in ("p50", "p99", "mean")
+            }
+            for q in ("p50", "p99"):  # robust to one block disturbed by another job
+                per_block = [r[f"added_{key}_{q}_ms{suffix}"] for r in blocks]
+                known = [x for x in per_block if x is not None]
+                added[f"{q}_median_of_blocks"] = (
+                    round(float(np.median(known)), 4) if known else None
+                )
+            out[f"added_{key}_ms{suffix}"] = added
+    cpu_ms = {
+        side: round(1e3 * router_cpu_s[side] / total[side].offered, 4)
+        if total[side].offered
+        else None
+        for side in ROUTER_OF
+    }
+    out["relay_vs_raw"] = _relay_vs_raw(out, cpu_ms)
     out["proxy_self_reported"] = {
         "added_ttft": _histogram_delta(before, after, "gpumix_router_added_ttft_seconds"),
         "decision": _histogram_delta(before, after, "gpumix_router_decision_seconds"),
     }
     out["blocks"] = blocks
     return out
+
+
+def _relay_vs_raw(out: dict[str, Any], cpu_ms: dict[str, float | None]) -> dict[str, Any]:
+    """The migratable relay's overhead against the raw relay's, same inputs, same run: added
+    (over direct) TTFT and per-chunk delay, router CPU per request, and their ratios."""
+    mig = {"ttft": out["added_ttft_ms"], "chunk": out["added_chunk_ms"]}
+    raw = {"ttft": out["added_ttft_ms_raw"], "chunk": out["added_chunk_ms_raw"]}
+    res: dict[str, Any] = {
+        "router_cpu_ms_per_request": {"migratable": cpu_ms["proxy"], "raw": cpu_ms["raw"]},
+        "router_cpu_ratio": _ratio(cpu_ms["proxy"], cpu_ms["raw"]),
+    }
+    for key in ("ttft", "chunk"):
+        for q in ("p50", "p99", "p50_median_of_blocks"):
+            res[f"added_{key}_{q}_ms"] = {"migratable": mig[key][q], "raw": raw[key][q]}
+            res[f"added_{key}_{q}_ratio"] = _ratio(mig[key][q], raw[key][q])
+    return res
 
 
 def _verdict(rec: Record, bound_ms: float) -> tuple[bool, list[str]]:
@@ -1007,10 +1082,296 @@ async def phase_streams(rig: Rig, cfg: Config) -> dict[str, Any]:
     return out
 
 
+# ---- 6. migration blackout --------------------------------------------------------------------
+
+SIM_MODEL = "meta-llama/Llama-2-7b-hf"
+SIM_GPU = "a10g"
+SIM_NAME = "llama"
+MIGRATION_SLACK_MS = 50.0
+"""Issue #16's target: blackout ≤ the target's prefill + 50 ms."""
+MIGRATION_PROMPTS = (64, 2048)
+"""Prompt lengths (tokens), geometric steps between the two."""
+MIGRATION_AT = (8, 24)
+"""A stream is moved once the client has this many tokens (uniform between the two)."""
+MIGRATION_AFTER = 32
+"""Tokens each stream still generates after its move."""
+
+
+@dataclass
+class MovedStream:
+    """One stream of the migration phase as its client saw it."""
+
+    prompt: list[int]
+    at: int
+    max_tokens: int
+    phase: float = 0.0
+    """When, as a share of the last gap between tokens, after the ``at``-th token the move is
+    asked for: the KV loop's moves fall anywhere between two tokens."""
+    arrivals: list[float] = field(default_factory=list)
+    text: str = ""
+    finish: list[str] = field(default_factory=list)
+    ids: set[str] = field(default_factory=set)
+    rid: str = ""
+    source: str = ""
+    move_sent: float | None = None
+    move_answered: float | None = None
+    answer: dict[str, Any] = field(default_factory=dict)
+    status: int = 0
+    error: str = ""
+
+    def body(self) -> bytes:
+        return json.dumps({
+            "model": SIM_NAME, "prompt": self.prompt, "max_tokens": self.max_tokens,
+            "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True},
+        }).encode()  # fmt: skip
+
+    def see(self, line: bytes) -> None:
+        text = line.strip()
+        if not text.startswith(b"data:") or text == b"data: [DONE]":
+            return
+        obj = json.loads(text[5:])
+        self.ids.add(obj.get("id", ""))
+        for choice in obj.get("choices") or ():
+            self.arrivals.append(time.perf_counter())
+            self.text += choice.get("text") or ""
+            if choice.get("finish_reason"):
+                self.finish.append(choice["finish_reason"])
+
+    def gap(self) -> tuple[float, int] | None:
+        """The client-visible blackout and the number of tokens before it: the longest gap
+        between consecutive tokens that ends between the move request and its answer (A's
+        events are held from the move on and B's first token is written before the answer, so
+        the gap that spans the move is the one in that window; the others are decode steps)."""
+        if self.move_sent is None or self.move_answered is None:
+            return None
+        window = [
+            (self.arrivals[k] - self.arrivals[k - 1], k)
+            for k in range(1, len(self.arrivals))
+            if self.move_sent <= self.arrivals[k] <= self.move_answered + 0.005
+        ]
+        return max(window) if window else None
+
+
+async def _sim_urls(children: Children, count: int, timeout: float = 60.0) -> list[str]:
+    """The pod URLs `gpumix sim serve` prints, one JSON line per pod."""
+    proc = children.procs["sim"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        urls = []
+        for line in (children.workdir / "sim.log").read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                urls.append(json.loads(line)["url"])
+        if len(urls) >= count:
+            return urls[:count]
+        if proc.poll() is not None:
+            raise RuntimeError(f"sim exited with {proc.returncode}:\n{children.log_tail('sim')}")
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"sim printed no pod URLs in {timeout:.0f} s:\n{children.log_tail('sim')}")
+
+
+async def _stream(
+    session: aiohttp.ClientSession, url: str, st: MovedStream, opened: asyncio.Event | None
+) -> None:
+    """Read ``st``'s answer to the end; ``opened`` is set at its first token."""
+    try:
+        async with session.post(url, data=st.body(), headers=_HEADERS) as response:
+            st.status = response.status
+            async for line in response.content:
+                st.see(line)
+                if opened is not None and st.arrivals:
+                    opened.set()
+                    opened = None
+    except (aiohttp.ClientError, OSError, ValueError) as err:
+        st.error = type(err).__name__
+    finally:
+        if opened is not None:
+            opened.set()
+
+
+async def _inflight(session: aiohttp.ClientSession, admin: str) -> dict[str, str]:
+    """Request id → pod, from the router's admin API."""
+    async with session.get(admin + "/admin/inflight") as response:
+        listing = await response.json()
+    return {r["id"]: pod for pod, e in listing["pods"].items() for r in e["requests"]}
+
+
+async def _move_when_due(
+    session: aiohttp.ClientSession, admin: str, st: MovedStream, pods: Sequence[str]
+) -> None:
+    while len(st.arrivals) < st.at and not st.finish and not st.error:
+        await asyncio.sleep(0.001)
+    if st.finish or st.error:
+        return
+    if len(st.arrivals) >= 2:
+        await asyncio.sleep(st.phase * (st.arrivals[-1] - st.arrivals[-2]))
+    target = next(p for p in pods if p != st.source)
+    st.move_sent = time.perf_counter()
+    async with session.post(admin + "/admin/migrate", json={"id": st.rid, "to": target}) as resp:
+        st.status, st.answer = resp.status, await resp.json()
+    st.move_answered = time.perf_counter()
+
+
+async def _moved_run(
+    session: aiohttp.ClientSession,
+    url: str,
+    admin: str,
+    streams: list[MovedStream],
+    pods: Sequence[str],
+) -> None:
+    """Open the streams one after the other (each found in the router's ledger once its first
+    token arrived, so the client knows its request id) and move each mid-answer."""
+    tasks = []
+    for st in streams:
+        before = set(await _inflight(session, admin))
+        opened = asyncio.Event()
+        tasks.append(asyncio.create_task(_stream(session, url, st, opened)))
+        await opened.wait()
+        new = {rid: pod for rid, pod in (await _inflight(session, admin)).items()
+               if rid not in before}  # fmt: skip
+        if len(new) != 1:
+            st.error = f"found {len(new)} new requests in the ledger"
+            continue
+        ((st.rid, st.source),) = new.items()
+        tasks.append(asyncio.create_task(_move_when_due(session, admin, st, pods)))
+    await asyncio.gather(*tasks)
+
+
+def _migration_streams(cfg: Config) -> list[MovedStream]:
+    rng = np.random.default_rng(cfg.seed + 6)
+    n = cfg.migrations
+    lengths = np.geomspace(*MIGRATION_PROMPTS, n).astype(int)
+    rng.shuffle(lengths)
+    out = []
+    for length in lengths:
+        at = int(rng.integers(MIGRATION_AT[0], MIGRATION_AT[1] + 1))
+        prompt = rng.integers(3, 32000, int(length)).tolist()  # 2 is EOS
+        out.append(MovedStream(prompt=prompt, at=at, max_tokens=at + MIGRATION_AFTER,
+                               phase=float(rng.uniform())))  # fmt: skip
+    return out
+
+
+async def phase_migration(
+    session: aiohttp.ClientSession, children: Children, cfg: Config
+) -> dict[str, Any]:
+    """Recompute migration through the router between two `gpumix sim serve` pods: the client's
+    blackout against the target's prefill, and moved answers against unmoved ones."""
+    gpumix = str(Path(sys.executable).with_name("gpumix"))
+    children.start("sim", [gpumix, "sim", "serve", "--model", SIM_MODEL, "--served-name",
+                           SIM_NAME, "--pods", f"{SIM_GPU}=2", "--speed",
+                           str(cfg.migration_speed)])  # fmt: skip
+    engines = await _sim_urls(children, 2)
+    port, admin_port = _free_ports(2)
+    routing = children.workdir / "routing-migration.json"
+    table = {"inputEdges": [1, 8192], "outputEdges": [1, 4096],
+             "pools": {SIM_GPU: {"replicas": 2, "share": [[1.0]]}}}  # fmt: skip
+    routing.write_text(json.dumps(table))
+    children.start("router-migration", [
+        gpumix, "route", "--routing-file", str(routing), "--bind", "127.0.0.1", "--port",
+        str(port), "--admin-port", str(admin_port), "--log-format", "plain",
+        *(f for u in engines for f in ("--engine", f"{SIM_GPU}={u}")),
+    ])  # fmt: skip
+    url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
+    await _wait_ready(session, children, "router-migration", url + "/ready", 60.0)
+    pods = [f"{SIM_GPU}-{k}" for k in range(len(engines))]
+    completions = url + "/v1/completions"
+
+    warm = MovedStream(prompt=[5, 6, 7], at=0, max_tokens=4)
+    await _stream(session, completions, warm, None)
+    # The unmoved run: the same requests, all at once.
+    reference = _migration_streams(cfg)
+    await asyncio.gather(*(_stream(session, completions, st, None) for st in reference))
+    before = await _scrape(session, url + "/metrics")
+    moved = _migration_streams(cfg)
+    await _moved_run(session, completions, admin, moved, pods)
+    after = await _scrape(session, url + "/metrics")
+
+    roof = Roofline(gpu_type(SIM_GPU), model_shape(SIM_MODEL))
+    rows = []
+    for ref, st in zip(reference, moved, strict=True):
+        found = st.gap()
+        answer = st.answer
+        row: dict[str, Any] = {
+            "prompt_tokens": len(st.prompt),
+            "moved_at_token": st.at,
+            "outcome": answer.get("outcome") or st.error or "not-moved",
+            "exact": bool(st.text) and st.text == ref.text and ref.finish == ["length"],
+            "one_stream": len(st.ids) == 1 and st.finish == ["length"],
+        }
+        if found is not None and answer.get("outcome") == "migrated":
+            gap, before_gap = found
+            prefill = float(answer["prefill_s"])
+            assert st.move_sent is not None
+            phase = max(0.0, st.move_sent - st.arrivals[before_gap - 1])
+            row |= {
+                "tokens_before_move": before_gap,
+                "blackout_ms": round(gap * 1e3, 3),
+                "router_blackout_ms": round(float(answer["blackout_s"]) * 1e3, 3),
+                "prefill_ms": round(prefill * 1e3, 3),
+                "model_prefill_ms": round(
+                    roof.prefill_s(len(st.prompt) + before_gap) / cfg.migration_speed * 1e3, 3
+                ),
+                "blackout_minus_prefill_ms": round((gap - prefill) * 1e3, 3),
+                "phase_ms": round(phase * 1e3, 3),
+                "router_added_ms": round((gap - prefill - phase) * 1e3, 3),
+                "met": gap - prefill <= MIGRATION_SLACK_MS / 1e3,
+            }
+        rows.append(row)
+    return _migration_summary(rows, before, after, cfg)
+
+
+def _migration_summary(
+    rows: list[dict[str, Any]], before: dict[str, float], after: dict[str, float], cfg: Config
+) -> dict[str, Any]:
+    done = [r for r in rows if "blackout_ms" in r]
+
+    def dist(key: str) -> dict[str, float | int | None]:
+        return dist_ms([r[key] / 1e3 for r in done])
+
+    out: dict[str, Any] = {
+        "streams": len(rows),
+        "engines": f"gpumix sim serve --model {SIM_MODEL} --pods {SIM_GPU}=2 "
+        f"--speed {cfg.migration_speed:g}",
+        "prompt_tokens": list(MIGRATION_PROMPTS),
+        "moved_at_token": list(MIGRATION_AT),
+        "tokens_after_move": MIGRATION_AFTER,
+        "outcomes": dict(Counter(r["outcome"] for r in rows)),
+        "migrated": len(done),
+        "blackout_ms": dist("blackout_ms"),
+        "prefill_ms": dist("prefill_ms"),
+        "blackout_minus_prefill_ms": dist_ms([r["blackout_minus_prefill_ms"] / 1e3 for r in done]),
+        "phase_ms": dist("phase_ms"),
+        "router_added_ms": dist_ms([r["router_added_ms"] / 1e3 for r in done]),
+        "router_blackout_ms": dist("router_blackout_ms"),
+        "model_prefill_ms": dist("model_prefill_ms"),
+        "target": f"blackout <= prefill + {MIGRATION_SLACK_MS:g} ms",
+        "target_met": sum(bool(r["met"]) for r in done),
+        "exact": sum(r["exact"] for r in rows),
+        "one_stream": sum(r["one_stream"] for r in rows),
+        "router_self_reported": {
+            "blackout": _histogram_delta(before, after, "gpumix_router_migration_blackout_seconds"),
+            "prefill": _histogram_delta(before, after, "gpumix_router_migration_prefill_seconds"),
+        },
+        "rows": rows,
+    }
+    b, p, d = out["blackout_ms"], out["prefill_ms"], out["blackout_minus_prefill_ms"]
+    print(
+        f"  {len(done)}/{len(rows)} migrated ({out['outcomes']}); blackout p50/p99 "
+        f"{_fmt(b['p50'], 1)}/{_fmt(b['p99'], 1)} ms, target prefill p50/p99 "
+        f"{_fmt(p['p50'], 1)}/{_fmt(p['p99'], 1)} ms, blackout − prefill p50/p99 "
+        f"{_fmt(d['p50'], 1)}/{_fmt(d['p99'], 1)} ms (of which the router's own p50/p99 "
+        f"{_fmt(out['router_added_ms']['p50'], 1)}/{_fmt(out['router_added_ms']['p99'], 1)} ms"
+        f"); ≤ prefill + {MIGRATION_SLACK_MS:g} ms: "
+        f"{out['target_met']}/{len(done)}; text as unmoved: {out['exact']}/{len(rows)}",
+        flush=True,
+    )
+    return out
+
+
 async def run_bench(cfg: Config, children: Children, summary: dict[str, Any]) -> None:
     n_pods = len(POOLS) * PODS_PER_POOL
-    ports = _free_ports(n_pods + 2)
+    ports = _free_ports(n_pods + 3)
     engine_ports, proxy_port, admin_port = ports[:n_pods], ports[n_pods], ports[n_pods + 1]
+    raw_port = ports[n_pods + 2]
     routing = children.workdir / "routing.json"
     routing.write_text(json.dumps(routing_document()))
     engine = children.start(
@@ -1045,21 +1406,27 @@ async def run_bench(cfg: Config, children: Children, summary: dict[str, Any]) ->
         argv += ["--engine", f"{pool}={engine_urls[k]}"]
     proxy = children.start("proxy", argv)
     proxy_url = f"http://127.0.0.1:{proxy_port}"
+    # The same router with the migratable relay off: the like-for-like baseline of its cost.
+    raw_argv = list(argv)
+    raw_argv[raw_argv.index("--port") + 1] = str(raw_port)
+    raw_argv[raw_argv.index("--admin-port") + 1] = "0"
+    raw = children.start("raw", raw_argv)
+    raw_url = f"http://127.0.0.1:{raw_port}"
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30.0)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         for url in engine_urls:
             await _wait_ready(session, children, "engine", url + "/health", 30.0)
         await _wait_ready(session, children, "proxy", proxy_url + "/ready", 60.0)
+        await _wait_ready(session, children, "raw", raw_url + "/ready", 60.0)
         summary["machine"]["proxy_loop"] = _proxy_loop(proxy.pid)
-        rig = Rig(
-            session, engine_urls, proxy_url, Meter({"proxy": proxy.pid, "engine": engine.pid})
-        )
+        meter = Meter({"proxy": proxy.pid, "raw": raw.pid, "engine": engine.pid})
+        rig = Rig(session, engine_urls, proxy_url, raw_url, meter)
 
         # warm-up: connections, lazy imports, the predictor's first observations
         rng = np.random.default_rng(cfg.seed)
         warm_bodies = make_bodies(rng, 4, 0.005, count=16)
-        for side in ("direct", "proxy"):
+        for side in TTFT_SIDES:
             rec = await rig.offer(side, poisson(rng, 100, 1.0), warm_bodies, expect=4, drain_s=2.0)
             if rec.completed < rec.offered:
                 raise RuntimeError(
@@ -1073,8 +1440,8 @@ async def run_bench(cfg: Config, children: Children, summary: dict[str, Any]) ->
         gc.freeze()
         print(
             f"\n2+3. TTFT and per-chunk delay at {cfg.rate:g} req/s (Poisson), {cfg.blocks} "
-            f"block(s) × {cfg.block_s:g} s per side, {cfg.ttft_tokens} tokens "
-            f"{cfg.ttft_interval_s * 1e3:g} ms apart",
+            f"block(s) × {cfg.block_s:g} s per side (direct, router, router with --admin-port 0),"
+            f" {cfg.ttft_tokens} tokens {cfg.ttft_interval_s * 1e3:g} ms apart",
             flush=True,
         )
         summary["ttft"] = await phase_ttft(rig, cfg)
@@ -1095,10 +1462,19 @@ async def run_bench(cfg: Config, children: Children, summary: dict[str, Any]) ->
             )
             and "_created" not in k
         }
+        print(
+            f"\n6. Migration: {cfg.migrations} streams moved mid-answer between two simulated "
+            f"{SIM_GPU} pods ({SIM_MODEL}, --speed {cfg.migration_speed:g})",
+            flush=True,
+        )
+        summary["migration"] = await phase_migration(session, children, cfg)
 
 
 def _report(summary: dict[str, Any]) -> None:
     dec, tt, mr, st = (summary[k] for k in ("decision", "ttft", "max_rate", "streams"))
+    rr = tt["relay_vs_raw"]
+    cpu = rr["router_cpu_ms_per_request"]
+    mg = summary["migration"]
     d, p = tt["direct"], tt["proxy"]
     self_rep = tt["proxy_self_reported"]["added_ttft"]
     print("\nSummary (proxy − direct measured in the same run)")
@@ -1154,6 +1530,30 @@ def _report(summary: dict[str, Any]) -> None:
             "",
         ),
         (
+            "raw relay (--admin-port 0): added TTFT p50 / p99",
+            f"{_fmt(tt['added_ttft_ms_raw']['p50'], 3)} / "
+            f"{_fmt(tt['added_ttft_ms_raw']['p99'], 3)}",
+            "same arrivals, same run",
+        ),
+        (
+            "  added per-chunk delay p50 / p99 (ms)",
+            f"{_fmt(tt['added_chunk_ms_raw']['p50'], 3)} / "
+            f"{_fmt(tt['added_chunk_ms_raw']['p99'], 3)}",
+            "",
+        ),
+        (
+            "migratable ÷ raw: added TTFT p50 / chunk p50",
+            f"{_fmt(rr['added_ttft_p50_ratio'], 2)} / {_fmt(rr['added_chunk_p50_ratio'], 2)}",
+            "medians of blocks: "
+            f"{_fmt(rr['added_ttft_p50_median_of_blocks_ratio'], 2)} / "
+            f"{_fmt(rr['added_chunk_p50_median_of_blocks_ratio'], 2)}",
+        ),
+        (
+            "  router CPU per request migratable / raw (ms)",
+            f"{_fmt(cpu['migratable'], 3)} / {_fmt(cpu['raw'], 3)}",
+            f"ratio {_fmt(rr['router_cpu_ratio'], 2)}",
+        ),
+        (
             "highest sustained rate direct / proxy",
             f"{_fmt(mr['max_sustained_direct'], 0)} / {_fmt(mr['max_sustained_proxy'], 0)}",
             "req/s",
@@ -1162,6 +1562,33 @@ def _report(summary: dict[str, Any]) -> None:
             "concurrent streams intact direct / proxy",
             f"{st['direct']['intact']} / {st['proxy']['intact']} of {st['streams']}",
             f"{TARGETS['streams']}; {ANCHORS['streams']}",
+        ),
+        (
+            "migration blackout p50 / p99 (ms)",
+            f"{_fmt(mg['blackout_ms']['p50'], 1)} / {_fmt(mg['blackout_ms']['p99'], 1)}",
+            f"{mg['migrated']} of {mg['streams']} streams moved",
+        ),
+        (
+            "  target's prefill p50 / p99 (ms)",
+            f"{_fmt(mg['prefill_ms']['p50'], 1)} / {_fmt(mg['prefill_ms']['p99'], 1)}",
+            f"roofline alone: {_fmt(mg['model_prefill_ms']['p50'], 1)} / "
+            f"{_fmt(mg['model_prefill_ms']['p99'], 1)}",
+        ),
+        (
+            "  blackout − prefill p50 / p99 (ms)",
+            f"{_fmt(mg['blackout_minus_prefill_ms']['p50'], 1)} / "
+            f"{_fmt(mg['blackout_minus_prefill_ms']['p99'], 1)}",
+            f"≤ {MIGRATION_SLACK_MS:g}: {mg['target_met']} of {mg['migrated']}",
+        ),
+        (
+            "  … less the wait for A's next token (ms)",
+            f"{_fmt(mg['router_added_ms']['p50'], 1)} / {_fmt(mg['router_added_ms']['p99'], 1)}",
+            "the router's own share",
+        ),
+        (
+            "  moved answers equal to unmoved ones",
+            f"{mg['exact']} of {mg['streams']}",
+            f"one id, one finish: {mg['one_stream']}",
         ),
     ]
     for name, value, note in rows:
@@ -1184,6 +1611,9 @@ def _targets_met(summary: dict[str, Any]) -> dict[str, bool | None]:
         "ttft_rate": tt["rate"] >= TARGETS["ttft_rate"],
         "added_chunk_p50": le(tt["added_chunk_ms"]["p50"], TARGETS["added_chunk_p50_ms"]),
         "streams": summary["streams"]["proxy"]["intact"] >= TARGETS["streams"],
+        "migration_blackout": summary["migration"]["migrated"] > 0
+        and summary["migration"]["target_met"] == summary["migration"]["migrated"],
+        "migration_exact": summary["migration"]["exact"] == summary["migration"]["streams"],
     }
 
 
@@ -1200,6 +1630,10 @@ def main() -> int:
     parser.add_argument("--ttft-bound-ms", type=float, default=50.0)
     parser.add_argument("--streams", type=int, default=None, help="concurrent streams (2000)")
     parser.add_argument("--decisions", type=int, default=None, help="routing decisions (100k)")
+    parser.add_argument("--migrations", type=int, default=None, help="streams moved (24)")
+    parser.add_argument(
+        "--migration-speed", type=float, default=1.0, help="simulated engines' --speed (1)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--engine-server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ports", help=argparse.SUPPRESS)

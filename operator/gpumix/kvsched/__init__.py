@@ -2,7 +2,8 @@
 
 Pure and I/O-free: `Mell` (Fig. 10 operations, Algorithm 1 epochs, §VI-C batching),
 `FitScheduler` (BF/WF), `LoadBalancer` (LB, Llumnix-style), `plan_migrations` (§V adaptive
-migration), `theorem.violations` (Theorem 1's properties).
+migration), `recompute_only` (the router's re-prefill migration on stock vLLM),
+`theorem.violations` (Theorem 1's properties).
 """
 
 from gpumix.kvsched.baselines import FitScheduler, LoadBalancer, make_baseline
@@ -14,6 +15,7 @@ from gpumix.kvsched.migration import (
     MigrationProfile,
     kv_only,
     plan_migrations,
+    recompute_only,
 )
 from gpumix.kvsched.state import Cluster, EpochResult, Move, RequestClass, classify
 
@@ -34,4 +36,5 @@ __all__ = [
     "kv_only",
     "make_baseline",
     "plan_migrations",
+    "recompute_only",
 ]

@@ -16,6 +16,10 @@ Links: a migration inside a node uses that node's GPU interconnect (`("node", n)
 it uses the destination node's network ingress (`("nic", n)`), which senders to one node share.
 A migration that fits no bin still happens (the scheduler needs it) in its faster mode and is
 reported `within_budget=False`.
+
+On stock vLLM only one mode exists: the router continues a stream on the destination from its
+prompt + generated token IDs (issue #16), a re-prefill of all of them, plus what the router adds
+to the handover. `recompute_only` is §V's packing with that one option (`kv_only` is Llumnix's).
 """
 
 from __future__ import annotations
@@ -182,4 +186,25 @@ def kv_only(
     for mv in moves:
         same = node_of(mv.src) == node_of(mv.dst)
         plan.choices.append(Choice(mv, "kv", profile.transfer_s(mv.tokens, same), True))
+    return plan
+
+
+def recompute_only(
+    moves: Sequence[Move], profile: MigrationProfile, overhead_s: float = 0.0
+) -> MigrationPlan:
+    """Every migration as a re-prefill on its destination (the router's recompute migration on
+    stock vLLM): ``move.tokens`` (the request's prompt + generated tokens) prefilled in
+    ``profile.prefill_s(tokens)``, plus ``overhead_s``, the router's own share of the handover.
+
+    §V's packing with only the computation bins: largest migration first, each destination's
+    re-prefilled tokens counted against its ``compute_budget_tokens`` over all migrations of the
+    epoch (global consensus); one that does not fit still happens, ``within_budget=False``."""
+    comp: dict[int, _Bin] = {}
+    plan = MigrationPlan()
+    for mv in sorted(moves, key=lambda m: (-m.tokens, m.rid)):
+        pbin = comp.setdefault(mv.dst, _Bin(float(profile.compute_budget_tokens)))
+        ok = pbin.left() >= mv.tokens
+        pbin.used += mv.tokens
+        seconds = profile.prefill_s(mv.tokens) + overhead_s
+        plan.choices.append(Choice(mv, "tokens", seconds, ok))
     return plan
