@@ -5,12 +5,14 @@ init containers done, so what is measured is objects, their order and their read
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client
-from operator_harness import SAMPLES, Env, Operator, running_operator, wait
+from operator_harness import SAMPLES, Env, Operator, log_text, running_operator, wait
 
 from gpumix_e2e import KubeTarget
 
@@ -83,3 +85,23 @@ def test_the_gated_model_recipe(env: Env, tmp_path: Path) -> None:
 
     planned = env.wait_condition("llama", "PodsMatchPlan", "True", "AsPlanned")
     assert planned["message"] == ""
+
+
+def test_the_token_stays_in_its_secret(env: Env, operator: Operator, tmp_path: Path) -> None:
+    """The token reaches the pods only by reference: not in any object the operator writes,
+    its status or events, nor its logs (it holds no RBAC on Secrets to read it with)."""
+    token = "hf_e2e_" + env.ns.replace("-", "_") + "_do_not_log"
+    docs = [d for d in yaml.safe_load_all((RECIPE / "llama.yaml").read_text()) if d]
+    for d in docs:
+        if d["kind"] == "Secret":
+            d["stringData"] = {"HF_TOKEN": token}
+    _volume_for(env, "llama--model-cache", tmp_path)
+    env.kube.kubectl("apply", "-n", env.ns, "-f", "-", input=yaml.safe_dump_all(docs))
+    env.wait_condition("llama", "Planned", "True")
+    wait("the vLLM Deployments", lambda: env.deployments("llama") or None)
+    jobs = client.BatchV1Api(env.kube.api_client).list_namespaced_job(env.ns).items
+    objects = [*env.deployments("llama").values(), *env.events("llama"), *jobs]
+    written = [env.get("llama"), *map(env.kube.api_client.sanitize_for_serialization, objects)]
+    assert len(jobs) == 1 and "HF_TOKEN" in json.dumps(written)  # referenced by name only
+    assert token not in json.dumps(written)
+    assert token not in log_text(operator)
