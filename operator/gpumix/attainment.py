@@ -49,7 +49,7 @@ from gpumix.plan.model import servable_types
 from gpumix.plan.result import SolverName
 from gpumix.problem import build_problem
 from gpumix.profiles import gpu_type
-from gpumix.profiles.models import model_shape
+from gpumix.profiles.models import ModelShape, model_shape
 from gpumix.profiles.roofline import Roofline
 from gpumix.sim.scenario import PlanChoice, TrafficSpec, simulate_service
 
@@ -103,9 +103,11 @@ def predict(
     *,
     requests: int = PREDICTION_REQUESTS,
     seed: int = PREDICTION_SEED,
+    shape: ModelShape | None = None,
 ) -> PredictedAttainment:
     """Attainment of ``allocation`` simulated with Poisson arrivals at the service's rate and
-    sizes from its histogram, routed by the routing core."""
+    sizes from its histogram, routed by the routing core, on pods of the model's ``shape``
+    (from its config.json; default: the built-in shape of its name)."""
     ttft_ms = service.spec.slo.ttft_ms
     run = simulate_service(
         service,
@@ -113,6 +115,7 @@ def predict(
         profiles,
         TrafficSpec(requests=requests, seed=seed),
         plan=PlanChoice(counts=allocation.counts, share=allocation.share),
+        shape=shape,
     )
     tpot_s = service.spec.slo.tpot_ms / 1e3
     ttft_s = None if ttft_ms is None else ttft_ms / 1e3
@@ -180,16 +183,18 @@ def with_alone_misses(
     pools: list[GPUPool],
     profiles: list[GPUProfile],
     instance: AllocationInstance,
+    shape: ModelShape | None = None,
 ) -> AllocationInstance:
     """``instance`` with :attr:`~gpumix.plan.GPUOption.alone_miss` filled in where missing,
     from the performance model the simulator runs: the roofline of the option's GPU type and
-    replica size for the service's model. A bucket's MaxTput says nothing about its tail
-    (§5.3 takes its midpoint), and derating cannot recover requests that miss alone."""
+    replica size for the service's model (``shape``; default: the built-in shape of its name).
+    A bucket's MaxTput says nothing about its tail (§5.3 takes its midpoint), and derating
+    cannot recover requests that miss alone."""
     if all(g.alone_miss is not None for g in instance.gpus):
         return instance
-    choices = build_problem(service, pools, profiles).choices
+    choices = build_problem(service, pools, profiles, shape=shape).choices
     slo, wl = service.spec.slo, service.spec.workload
-    model = model_shape(service.spec.model.name)
+    model = shape or model_shape(service.spec.model.name)
     ie, oe = wl.input_edges, wl.output_edges
 
     def misses(option: str) -> list[list[float]]:
@@ -289,6 +294,7 @@ def plan_to_target(
     requests: int = PREDICTION_REQUESTS,
     seed: int = PREDICTION_SEED,
     max_rounds: int = MAX_ROUNDS,
+    shape: ModelShape | None = None,
 ) -> TargetedPlan | None:
     """The cheapest plan found whose predicted attainment reaches ``target``; when none does
     within ``max_rounds``, or only misses no capacity recovers are left, or derating makes the
@@ -299,7 +305,7 @@ def plan_to_target(
     allowed = [
         k for k, g in enumerate(instance.gpus) if only in (None, g.name) and instance.usable(k)
     ]
-    instance = with_alone_misses(service, pools, profiles, instance)
+    instance = with_alone_misses(service, pools, profiles, instance, shape)
     budget = max(ALONE_MISS_SHARE * (1 - target), least_alone_miss(instance, formulation, allowed))
     instance = instance.model_copy(update={"alone_miss_budget": budget})
     factors = {g.name: 1.0 for g in instance.gpus}
@@ -318,7 +324,9 @@ def plan_to_target(
         )  # fmt: skip
         if allocation is None or allocation.cost_per_hour >= dearer - 1e-9:
             return None
-        predicted = predict(service, pools, profiles, allocation, requests=requests, seed=seed)
+        predicted = predict(
+            service, pools, profiles, allocation, requests=requests, seed=seed, shape=shape
+        )
         return TargetedPlan(
             allocation=allocation,
             predicted=predicted,
@@ -361,6 +369,7 @@ def routable_plan_to_target(
     formulation: Formulation | None = None,
     solver: SolverName = "highs",
     time_limit_s: float = 30.0,
+    shape: ModelShape | None = None,
 ) -> TargetedPlan | None:
     """:func:`plan_to_target` on ``formulation``, by default the routable one, or the
     aggregated one when no option can take a whole input row."""
@@ -368,7 +377,7 @@ def routable_plan_to_target(
     def run(chosen: Formulation) -> TargetedPlan | None:
         return plan_to_target(
             service, pools, profiles, instance, target=target, only=only,
-            formulation=chosen, solver=solver, time_limit_s=time_limit_s,
+            formulation=chosen, solver=solver, time_limit_s=time_limit_s, shape=shape,
         )  # fmt: skip
 
     if formulation is not None:
@@ -439,6 +448,7 @@ def promise(
     formulation: Formulation | None = None,
     solver: SolverName = "highs",
     time_limit_s: float = 30.0,
+    shape: ModelShape | None = None,
 ) -> PromisedPlan:
     """Plan ``service`` and predict its attainment. ``slo``: :func:`plan_to_target` for the mix
     and for each single type, savings only against baselines that reach the target too, on the
@@ -451,7 +461,7 @@ def promise(
         plan = plan_allocation(instance, formulation, solver=solver, time_limit_s=time_limit_s)
 
         def met(alloc: Allocation | None) -> PredictedAttainment | None:
-            return None if alloc is None else predict(service, pools, profiles, alloc)
+            return None if alloc is None else predict(service, pools, profiles, alloc, shape=shape)
 
         shown = {n: met(b) for n, b in plan.baselines.items()}
         return PromisedPlan(
@@ -464,12 +474,13 @@ def promise(
             rounds=1,
         )
 
-    instance = with_alone_misses(service, pools, profiles, instance)  # once, for every solve
+    instance = with_alone_misses(service, pools, profiles, instance, shape)  # once, for every solve
 
     def targeted(only: str | None) -> TargetedPlan | None:
         return routable_plan_to_target(
             service, pools, profiles, instance, target=target, only=only,
             formulation=formulation, solver=solver, time_limit_s=time_limit_s,
+            shape=shape,
         )  # fmt: skip
 
     def baseline(only: str) -> TargetedPlan | None:

@@ -16,7 +16,7 @@ from gpumix.api import GPUPool, GPUProfile, LLMService, Workload
 from gpumix.plan import AllocationInstance, GPUOption
 from gpumix.profiles import CATALOG, ProfileRangeError, max_tput_for_grid
 from gpumix.profiles.catalog import GPUType
-from gpumix.profiles.models import MODELS, ModelShape
+from gpumix.profiles.models import ModelShape, UnknownModelError, model_shape
 from gpumix.profiles.roofline import Roofline
 from gpumix.profiles.vllm import max_model_len
 
@@ -26,14 +26,19 @@ def option_key(pool: str, gpus_per_replica: int) -> str:
     return pool if gpus_per_replica == 1 else f"{pool}-tp{gpus_per_replica}"
 
 
-def _fits(service: LLMService, gpu_type: str, k: int) -> str | None:
-    """Why ``k`` GPUs of ``gpu_type`` cannot hold the model, or ``None`` when they can/unknown."""
+def _fits(service: LLMService, gpu_type: str, k: int, shape: ModelShape | None) -> str | None:
+    """Why ``k`` GPUs of ``gpu_type`` cannot hold the model (of ``shape``, else the built-in
+    shape of its name), or ``None`` when they can or the model's shape is unknown."""
     gpu = CATALOG.get(gpu_type.lower())
     if gpu is None:
         return None
-    shape = MODELS.get(service.spec.model.name)
+    if shape is None:
+        try:
+            shape = model_shape(service.spec.model.name)
+        except UnknownModelError:
+            shape = None
     if shape is not None:
-        longest = max_model_len(service.spec.workload, shape.name)
+        longest = max_model_len(service.spec.workload, shape)
         if replica_fits(gpu, shape, k, longest):
             return None
         return (
@@ -107,10 +112,13 @@ def build_problem(
     profiles: list[GPUProfile],
     available_gpus: dict[str, int] | None = None,
     gpus_per_node: dict[str, int] | None = None,
+    *,
+    shape: ModelShape | None = None,
 ) -> ServiceProblem:
     """The service's allocation problem, one option per (pool, replica size). `available_gpus`
     (pool → GPUs this service may take) caps each option; without it only `maxGPUs` do.
-    `gpus_per_node` (pool → GPUs of its largest node; `spec.gpusPerNode` wins) bounds ``k``."""
+    `gpus_per_node` (pool → GPUs of its largest node; `spec.gpusPerNode` wins) bounds ``k``.
+    `shape` is the model's (from its config.json); without it, the built-in one of its name."""
     spec = service.spec
     wanted = set(spec.pools) if spec.pools else {p.name for p in pools}
     excluded = {
@@ -156,7 +164,7 @@ def build_problem(
             if node_gpus and k > node_gpus:
                 why.append(f"{k} GPUs per replica exceed the {node_gpus} of one node")
                 continue
-            no_fit = _fits(service, pool.spec.gpu_type, k)
+            no_fit = _fits(service, pool.spec.gpu_type, k, shape)
             if no_fit is not None:
                 why.append(no_fit)
                 continue

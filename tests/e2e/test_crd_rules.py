@@ -33,6 +33,11 @@ def _first(path: Path, kind: str) -> dict[str, Any]:
 SERVICE = _first(SAMPLES / "chat.yaml", "LLMService")
 GATED = _first(SAMPLES / "gated-model" / "llama.yaml", "LLMService")
 POOL = _first(SAMPLES / "gpupools.yaml", "GPUPool")
+CONFIGURED = copy.deepcopy(SERVICE)
+CONFIGURED["spec"]["model"] = {
+    "name": "example/qwen3-8b-variant",
+    "config": {"configMapKeyRef": {"name": "qwen3.config", "key": "qwen3-8b_config.json"}},
+}
 PROFILE = _first(SAMPLES / "profiles-llama-2-7b.yaml", "GPUProfile")
 SAMPLED_PROFILE: dict[str, Any] = {
     "apiVersion": "gpumix.io/v1alpha1",
@@ -121,6 +126,16 @@ CASES: list[tuple[str, dict[str, Any], Breaker, str]] = [
      _set("spec.template.spec.volumes", [{"name": "dshm", "emptyDir": {}}]),
      "spec.template.spec.volumes"),
     ("cache-size-missing", GATED, _drop("spec.model.cache.size"), "spec.model.cache.size"),
+    ("model-config-name", SERVICE,
+     _set("spec.model.config", {"configMapKeyRef": {"name": "Qwen_3"}}),
+     "spec.model.config.configMapKeyRef.name"),
+    ("model-config-no-name", SERVICE, _set("spec.model.config", {"configMapKeyRef": {}}),
+     "spec.model.config.configMapKeyRef.name"),
+    ("model-config-key", SERVICE,
+     _set("spec.model.config", {"configMapKeyRef": {"name": "qwen3", "key": "hf/config.json"}}),
+     "spec.model.config.configMapKeyRef.key"),
+    ("model-config-no-source", SERVICE, _set("spec.model.config", {}),
+     "spec.model.config.configMapKeyRef"),
     ("pool-gpu-type-empty", POOL, _set("spec.gpuType", ""), "spec.gpuType"),
     ("pool-selector-empty", POOL, _set("spec.nodeSelector", {}), "spec.nodeSelector"),
     ("pool-selector-missing", POOL, _drop("spec.nodeSelector"), "spec.nodeSelector"),
@@ -158,8 +173,9 @@ def _dry_run(kube: KubeTarget, obj: dict[str, Any], namespace: str) -> Any:
     )
 
 
-@pytest.mark.parametrize("valid", [SERVICE, GATED, POOL, PROFILE, SAMPLED_PROFILE],
-                         ids=["service", "gated", "pool", "profile", "sampled"])  # fmt: skip
+@pytest.mark.parametrize("valid", [SERVICE, GATED, CONFIGURED, POOL, PROFILE, SAMPLED_PROFILE],
+                         ids=["service", "gated", "model-config", "pool", "profile",
+                              "sampled"])  # fmt: skip
 def test_the_unbroken_objects_are_accepted(
     kube: KubeTarget, namespace: str, valid: dict[str, Any]
 ) -> None:

@@ -13,6 +13,41 @@ _READY = '.status.conditions[?(@.type=="Ready")]'
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
 
 
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+"""A Kubernetes object name (RFC 1123 subdomain), e.g. a ConfigMap's."""
+CONFIG_MAP_KEY = r"^[-._a-zA-Z0-9]+$"
+"""A ConfigMap data key (as kubectl create configmap --from-file names it: the file name)."""
+MODEL_CONFIG_KEY = "config.json"
+
+
+class ConfigMapKeySelector(ApiModel):
+    """One key of a ConfigMap in the service's namespace (core/v1's ConfigMapKeySelector)."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="The ConfigMap's name; it lives in the LLMService's namespace.",
+    )
+    key: str = Field(
+        default=MODEL_CONFIG_KEY,
+        min_length=1,
+        max_length=253,
+        pattern=CONFIG_MAP_KEY,
+        description="The key whose value is the config.json (default config.json, the key "
+        "`kubectl create configmap --from-file=config.json` gives).",
+    )
+
+
+class ModelConfigSource(ApiModel):
+    """Where the model's Hugging Face config.json is."""
+
+    config_map_key_ref: ConfigMapKeySelector = Field(
+        description="A ConfigMap key holding the config.json, e.g. `kubectl create configmap "
+        "qwen3-config --from-file=config.json`."
+    )
+
+
 class ModelSpec(ApiModel):
     """The model and the engine that serves it."""
 
@@ -29,6 +64,17 @@ class ModelSpec(ApiModel):
     )
     cache: ModelCache | None = Field(
         default=None, description="Download the weights once into a shared volume (optional)."
+    )
+    config: ModelConfigSource | None = Field(
+        default=None,
+        description="The model's Hugging Face config.json, read from a ConfigMap: the shape "
+        "(layers, attention and KV heads, context, experts, quantization) gpumix checks that a "
+        "replica holds the model with, caps vLLM's --max-model-len by and simulates the plan "
+        "with. Needed for a model gpumix has no built-in shape of (README: Planning a service "
+        "offline lists them); when set for a built-in model, the ConfigMap's shape wins. Read "
+        "again whenever the ConfigMap changes; while it is missing or unreadable, condition "
+        "Ready is False (reason InvalidModelConfig, naming this field) and the last plan keeps "
+        "serving.",
     )
 
 

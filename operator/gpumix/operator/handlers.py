@@ -20,6 +20,7 @@ WATCHES: dict[str, tuple[str, str, str, dict[str, str] | None]] = {
     "pods": ("", "v1", "pods", None),
     "deployments": ("apps", "v1", "deployments", {"app.kubernetes.io/managed-by": "gpumix"}),
     "hpas": ("autoscaling", "v2", "horizontalpodautoscalers", None),
+    "configmaps": ("", "v1", "configmaps", None),  # spec.model.config: gpumix.reconcile.modelshape
 }
 
 

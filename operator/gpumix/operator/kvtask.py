@@ -31,7 +31,8 @@ from gpumix.operator.kube import KubeWriter
 from gpumix.operator.kvloop import DRAINED, Post, _post, choose_modes, deletion_cost_patch, execute
 from gpumix.operator.loop import KV_FIELD, now_rfc3339
 from gpumix.operator.view import ClusterView
-from gpumix.profiles.models import model_shape
+from gpumix.profiles.hfconfig import ModelConfigError
+from gpumix.profiles.shape import ModelShape
 from gpumix.reconcile.digest import running_services
 from gpumix.reconcile.kvmigration import (
     KvPod,
@@ -44,6 +45,7 @@ from gpumix.reconcile.kvmigration import (
     router_urls,
     sample,
 )
+from gpumix.reconcile.modelshape import service_shape
 
 log = logging.getLogger("gpumix.kv")
 T = TypeVar("T")
@@ -66,13 +68,11 @@ def _why(err: Exception) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-def migration_profile(model: str) -> MigrationProfile:
+def migration_profile(shape: ModelShape | None) -> MigrationProfile:
     """§V's boundaries without a profiled cluster: NVLink-class links inside a node, 100 Gb/s
-    between nodes, 10k tokens/s re-prefill; the KV size per token from the model's shape."""
-    try:
-        per_token = model_shape(model).kv_bytes_per_token
-    except (KeyError, ValueError):
-        per_token = 512 * 1024  # a 7B model in fp16
+    between nodes, 10k tokens/s re-prefill; the KV size per token from the model's shape
+    (:func:`gpumix.reconcile.modelshape.service_shape`; None: unknown, taken as a 7B model's)."""
+    per_token = 512 * 1024 if shape is None else shape.kv_bytes_per_token  # 7B in fp16
     return MigrationProfile(
         kv_bytes_per_token=per_token,
         intra=LinkProfile.constant("intra-node", 150),
@@ -137,7 +137,7 @@ class KvLoop:
             return  # nothing planned yet
         groups = live_pods(pods, ns, name)
         kv = service.spec.kv_migration
-        profile = migration_profile(service.spec.model.name)
+        profile = migration_profile(self._shape(service))
         if kv.via == "Router":
             samples = self._through_routers(groups, router_urls(pods, ns, name))
         else:
@@ -188,6 +188,14 @@ class KvLoop:
             return  # nothing new: no status write every epoch
         # scaledIn is replaced as a whole (a merge patch replaces lists).
         self.writer.patch_service_status(ns, name, {KV_FIELD: {**dumped, "message": new.message}})
+
+    def _shape(self, service: LLMService) -> ModelShape | None:
+        """The model's shape as the planner sees it (its ConfigMap's, else built in); None when
+        unknown or the ConfigMap gives none (the planner's status says why)."""
+        try:
+            return service_shape(service, self.view.objects["configmaps"])
+        except ModelConfigError:
+            return None
 
     def _from_engines(self, groups: dict[str, list[KvPod]]) -> dict[str, PodSample | str]:
         """Each pod's admin listing (``via: Engine``)."""

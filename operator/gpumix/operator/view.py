@@ -7,8 +7,23 @@ from typing import Any
 
 from gpumix.reconcile.cluster import Snapshot
 from gpumix.reconcile.digest import autoscaler_targets, node_info, pod_info, running_services
+from gpumix.reconcile.modelshape import config_map_ref
 
-KINDS = ("services", "pools", "profiles", "nodes", "pods", "deployments", "hpas")
+KINDS = ("services", "pools", "profiles", "nodes", "pods", "deployments", "hpas", "configmaps")
+
+
+def _kept(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """What the view keeps of an object: all of it, except of a ConfigMap (every one in the
+    cluster is watched) only its name and data."""
+    if kind != "configmaps":
+        return copy.deepcopy(body)
+    meta = body.get("metadata", {})
+    names = {"namespace": meta.get("namespace", ""), "name": meta.get("name", "")}
+    kept: dict[str, Any] = {"metadata": names}
+    for field_ in ("data", "binaryData"):
+        if body.get(field_):
+            kept[field_] = dict(body[field_])
+    return kept
 
 
 @dataclass
@@ -26,8 +41,14 @@ class ClusterView:
         if event_type == "DELETED":
             self.objects[kind].pop(key, None)
         else:
-            self.objects[kind][key] = copy.deepcopy(body)
-        self.changed.set()
+            self.objects[kind][key] = _kept(kind, body)
+        if kind != "configmaps" or key in self.config_map_refs():
+            self.changed.set()  # other ConfigMaps change nothing the planner reads
+
+    def config_map_refs(self) -> set[tuple[str, str]]:
+        """The ConfigMaps services name in spec.model.config (namespace, name)."""
+        refs = (config_map_ref(body) for body in self.objects["services"].values())
+        return {ref for ref in refs if ref is not None}
 
     def snapshot(
         self, now: str, time_limit_s: float, budget_per_hour: float | None = None
@@ -41,6 +62,9 @@ class ClusterView:
             pods=[pod_info(b) for b in o["pods"].values()],
             running=running_services(o["deployments"].values()),
             autoscalers=autoscaler_targets(o["hpas"].values()),
+            config_maps={
+                r: o["configmaps"][r] for r in self.config_map_refs() if r in o["configmaps"]
+            },
             now=now,
             time_limit_s=time_limit_s,
             budget_per_hour=budget_per_hour,

@@ -339,17 +339,27 @@ def shape_from_hf_config(config: Config, name: str) -> ModelShape:
         raise ModelConfigError(f"config gives an impossible shape: {err}") from err
 
 
+def config_from_json(text: str) -> dict[str, Any]:
+    """A ``config.json``'s text as the dict :func:`shape_from_hf_config` reads; a
+    :class:`ModelConfigError` when it is not one JSON object."""
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ModelConfigError(f"not JSON: {err}") from err
+    if not isinstance(config, dict):
+        raise ModelConfigError("a config.json holds one JSON object")
+    return config
+
+
 def model_shape_from_config(path: Path | str, name: str | None = None) -> ModelShape:
     """The shape of the model whose ``config.json`` is at ``path`` (``--model-config FILE``),
     named ``name``, else the config's ``_name_or_path``, else its directory's name. Errors are
     :class:`ModelConfigError`, prefixed with the path."""
     path = Path(path)
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        config = config_from_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ModelConfigError) as err:
         raise ModelConfigError(f"{path}: {err}") from err
-    if not isinstance(config, dict):
-        raise ModelConfigError(f"{path}: a config.json holds one JSON object")
     label = name or config.get("_name_or_path") or path.resolve().parent.name
     try:
         return shape_from_hf_config(config, str(label))

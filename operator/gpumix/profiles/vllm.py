@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpumix.api import Workload
 from gpumix.profiles.models import UnknownModelError, model_shape
+from gpumix.profiles.shape import ModelShape
 
 MIN_TOKEN_BUDGET = 2048
 """vLLM's smallest default token budget per step (and its chunk size with chunked prefill)."""
@@ -63,17 +64,22 @@ def token_budget(chunked_prefill: bool, max_model_len: int) -> int:
     return MIN_TOKEN_BUDGET if chunked_prefill else max(MIN_TOKEN_BUDGET, max_model_len)
 
 
-def max_model_len(workload: Workload, model: str) -> int:
+def max_model_len(workload: Workload, model: str | ModelShape) -> int:
     """The workload's longest request (last input edge + last output edge), capped by the
-    model's context when gpumix knows its shape: what a pod must hold, not the model's 131k."""
+    model's context when gpumix knows its shape (``model``: the shape, e.g. from the service's
+    config.json, or a name to look up among the built-in ones): what a pod must hold, not the
+    model's 131k."""
     longest = workload.input_edges[-1] + workload.output_edges[-1]
     try:
-        return min(longest, model_shape(model).max_context)
+        shape = model if isinstance(model, ModelShape) else model_shape(model)
     except UnknownModelError:
         return longest
+    return min(longest, shape.max_context)
 
 
-def for_workload(workload: Workload, model: str, base: VllmSettings = ASSUMED) -> VllmSettings:
+def for_workload(
+    workload: Workload, model: str | ModelShape, base: VllmSettings = ASSUMED
+) -> VllmSettings:
     """``base`` with every setting resolved for this workload and model (no ``None`` left)."""
     length = base.max_model_len or max_model_len(workload, model)
     budget = base.max_num_batched_tokens or token_budget(base.enable_chunked_prefill, length)

@@ -58,6 +58,8 @@ from gpumix.plan.joint import (
 )
 from gpumix.plan.joint.churn import planned_rate
 from gpumix.problem import ServiceProblem, build_problem, with_rates
+from gpumix.profiles.hfconfig import ModelConfigError
+from gpumix.profiles.shape import ModelShape
 from gpumix.reconcile.batch import BatchPlan, annotate_batch, plan_batch
 from gpumix.reconcile.calibration import calibrate, factor_of, scaled
 from gpumix.reconcile.capacity import (
@@ -72,6 +74,8 @@ from gpumix.reconcile.clock import parse_time
 from gpumix.reconcile.conditions import set_condition
 from gpumix.reconcile.gateway import annotate_gateway
 from gpumix.reconcile.kvmigration import planned_targets, reductions
+from gpumix.reconcile.modelshape import REASON as MODEL_CONFIG_REASON
+from gpumix.reconcile.modelshape import service_shape
 from gpumix.reconcile.pods import annotate_pods
 from gpumix.reconcile.scaling import observed, pacing_input, with_forecast
 from gpumix.reconcile.service import (
@@ -131,6 +135,9 @@ class Snapshot(BaseModel):
     inference_pools_served: bool = True
     """Whether the apiserver serves the InferencePool kind (`gpumix.reconcile.gateway`); looked
     up only while a service asks for routing mode InferencePool."""
+    config_maps: dict[ObjectKey, dict[str, Any]] = {}
+    """The ConfigMaps services name in spec.model.config (`gpumix.reconcile.modelshape`), by
+    (namespace, name); one named but absent here does not exist."""
 
 
 class InvalidObject(BaseModel):
@@ -238,7 +245,15 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
         decision = decide(service.spec.workload, observation, snap.now)
         workloads[key], forecasts[key] = with_forecast(service.spec, decision, observation)
         service = with_workload(service, workloads[key].workload)
-        problem = build_problem(service, pools, profiles, available, per_node)
+        try:
+            shape = service_shape(service, snap.config_maps)
+        except ModelConfigError as err:  # the ConfigMap gives no shape: keep what runs
+            decisions[key] = _keep(
+                previous=prev_status, running=running, reason=MODEL_CONFIG_REASON,
+                message=str(err), generation=generation, now=snap.now,
+            )  # fmt: skip
+            continue
+        problem = build_problem(service, pools, profiles, available, per_node, shape=shape)
         if service.spec.batch is not None:  # own replicas beyond servedBy's spare: batch.py
             batches[key] = plan_batch(service, problem, snap.services, observation)
             service = with_workload(service, batches[key].workload)
@@ -260,7 +275,7 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
         }
         plannable.append(_Candidate(
             key=key, service=service, problem=problem, running=running, previous=prev_status,
-            conflicts=conflicts, generation=generation,
+            conflicts=conflicts, generation=generation, shape=shape,
         ))  # fmt: skip
     # GPUs held by services that keep their last plan are not available to the joint solve.
     for key in decisions:
@@ -308,7 +323,7 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
                 status = sd.status.model_copy(
                     update={"forecast": forecasts[c.key], "calibration": calibration}
                 )
-                decisions[c.key] = sd.model_copy(update={"status": status})
+                decisions[c.key] = sd.model_copy(update={"status": status, "shape": c.shape})
             for name, gpus in plan.pool_gpus.items():
                 statuses[name] = statuses[name].model_copy(update={"planned_gpus": gpus})
     for p in pools:
@@ -345,6 +360,8 @@ class _Candidate(BaseModel):
     previous: LLMServiceStatus | None
     conflicts: dict[str, str]
     generation: int | None
+    shape: ModelShape | None
+    """The model's shape (`gpumix.reconcile.modelshape.service_shape`); None: not known."""
 
 
 def _demand_name(key: ObjectKey) -> str:
@@ -426,6 +443,7 @@ def _plan_to_targets(
                 c.service, pools, profiles,
                 served_allocation(c.problem, plan.services[_demand_name(c.key)],
                                   running=c.running, conflicts=c.conflicts, solve=plan.result),
+                c.shape,
             )
             for c in candidates
         }  # fmt: skip

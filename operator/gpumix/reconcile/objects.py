@@ -55,7 +55,7 @@ def desired_objects(
         else []
     )
     objects += [
-        render_deployment(owner, spec, pools[p], decision.choices[p], n)
+        render_deployment(owner, spec, pools[p], decision.choices[p], n, shape=decision.shape)
         for p, n in sorted(decision.apply.items())
         if p in pools and p in decision.choices
     ]

@@ -40,9 +40,12 @@ from gpumix.plan import (
 )
 from gpumix.plan.joint import ServiceAllocation
 from gpumix.problem import PoolChoice, ServiceProblem, option_key
+from gpumix.profiles.models import UnknownModelError
+from gpumix.profiles.shape import ModelShape
 from gpumix.reconcile import rollout
 from gpumix.reconcile.conditions import condition, remove_condition, set_condition
 from gpumix.reconcile.kvmigration import reductions
+from gpumix.reconcile.modelshape import unknown_model_message
 from gpumix.reconcile.pacing import LABEL, PacingInput, pace
 from gpumix.reconcile.rollout import summary
 
@@ -93,6 +96,9 @@ class ServiceDecision(BaseModel):
     events: list[EventSpec] = []
     held_gpus: dict[str, int] = {}
     """GPUs per option this service holds or is about to (planner input for kept services)."""
+    shape: ModelShape | None = None
+    """The model's shape the plan was made with (its config.json's, else the built-in one):
+    the pods are rendered with it (``--max-model-len``). None: a model gpumix has no shape of."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -112,15 +118,22 @@ def _baselines(instance_json: str, time_limit_s: float) -> dict[str, Allocation 
 
 
 def predicted_attainment(
-    service: LLMService, pools: list[GPUPool], profiles: list[GPUProfile], allocation: Allocation
+    service: LLMService,
+    pools: list[GPUPool],
+    profiles: list[GPUProfile],
+    allocation: Allocation,
+    shape: ModelShape | None = None,
 ) -> PredictedAttainment | str:
-    """:func:`gpumix.attainment.predict` of ``allocation``, or why it failed (logged; a model
-    without a built-in shape cannot be simulated). Cached by a digest of what the simulation
-    reads (the service's spec, every pool's and profile's spec, the replicas and shares), so a
-    plan is simulated once (0.2–0.8 s), not on every pass; failures too, so each is logged once.
+    """:func:`gpumix.attainment.predict` of ``allocation`` on pods of the model's ``shape``
+    (default: the built-in one of its name), or why it failed (logged; a model without a shape
+    cannot be simulated, :func:`gpumix.reconcile.modelshape.unknown_model_message`). Cached by
+    a digest of what the simulation reads (the service's spec, the shape, every pool's and
+    profile's spec, the replicas and shares), so a plan is simulated once (0.2–0.8 s), not on
+    every pass; failures too, so each is logged once.
     """
     inputs = [
         service.spec.model_dump(mode="json"),
+        None if shape is None else shape.model_dump(mode="json"),
         {p.name: p.spec.model_dump(mode="json") for p in pools},
         {p.name: p.spec.model_dump(mode="json") for p in profiles},
         allocation.model_dump(mode="json", include={"counts", "share"}),
@@ -130,7 +143,11 @@ def predicted_attainment(
         if len(_predictions) >= PREDICTIONS_KEPT:
             del _predictions[next(iter(_predictions))]  # the oldest
         try:
-            _predictions[key] = predict(service, pools, profiles, allocation)
+            _predictions[key] = predict(service, pools, profiles, allocation, shape=shape)
+        except UnknownModelError:  # not a failure: the user has a field to set
+            log.info("%s: no shape for model %r; not predicted", service.name,
+                     service.spec.model.name)  # fmt: skip
+            _predictions[key] = unknown_model_message(service.spec.model.name)
         except Exception as err:  # the plan is applied all the same, unpredicted
             log.warning("%s: predicting attainment failed", service.name, exc_info=True)
             _predictions[key] = f"{type(err).__name__}: {err}"
@@ -159,13 +176,17 @@ def served_allocation(
 
 
 def predict_served(
-    service: LLMService, pools: list[GPUPool], profiles: list[GPUProfile], served: Allocation
+    service: LLMService,
+    pools: list[GPUPool],
+    profiles: list[GPUProfile],
+    served: Allocation,
+    shape: ModelShape | None = None,
 ) -> PredictedAttainment | str | None:
     """:func:`predicted_attainment` of ``served``; ``None`` without traffic (nothing to
     simulate)."""
     if service.spec.workload.request_rate <= 0:
         return None
-    return predicted_attainment(service, pools, profiles, served)
+    return predicted_attainment(service, pools, profiles, served, shape)
 
 
 def _derating_note(derating: DeratingStatus | None) -> str:

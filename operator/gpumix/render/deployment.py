@@ -9,6 +9,7 @@ from typing import Any
 from gpumix.api import GPUPool, LLMServiceSpec, Toleration
 from gpumix.api.podtemplate import CONTAINER, GPU_RESOURCE
 from gpumix.problem import PoolChoice
+from gpumix.profiles.shape import ModelShape
 from gpumix.profiles.vllm import engine_args, for_workload
 from gpumix.render.cache import with_cache
 from gpumix.render.names import (
@@ -43,12 +44,15 @@ def toleration_dict(toleration: Toleration) -> dict[str, str]:
     return toleration.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-def vllm_args(spec: LLMServiceSpec, gpus_per_replica: int) -> list[str]:
+def vllm_args(
+    spec: LLMServiceSpec, gpus_per_replica: int, shape: ModelShape | None = None
+) -> list[str]:
     """Arguments of the ``vllm/vllm-openai`` image, whose entrypoint is the OpenAI API server;
     tensor parallelism spans the replica's GPUs, the engine settings are those the plan assumed
-    (`gpumix.profiles.vllm`), and the user's extra args come last (and replace ours they set)."""
+    (`gpumix.profiles.vllm`, for the model's ``shape``, by default the built-in one of its
+    name), and the user's extra args come last (and replace ours they set)."""
     model = spec.model
-    settings = for_workload(spec.workload, model.name)
+    settings = for_workload(spec.workload, shape or model.name)
     return [
         "--model",
         model.name,
@@ -72,9 +76,9 @@ def _probe(period: int, failures: int, timeout: int = 5) -> dict[str, Any]:
     }
 
 
-def _container(spec: LLMServiceSpec, gpus: int) -> dict[str, Any]:
+def _container(spec: LLMServiceSpec, gpus: int, shape: ModelShape | None) -> dict[str, Any]:
     return {
-        "args": vllm_args(spec, gpus),
+        "args": vllm_args(spec, gpus, shape),
         "image": spec.model.image,
         "livenessProbe": _probe(period=10, failures=3),
         "name": CONTAINER,
@@ -96,10 +100,17 @@ def _container(spec: LLMServiceSpec, gpus: int) -> dict[str, Any]:
 
 
 def render_deployment(
-    owner: Owner, spec: LLMServiceSpec, pool: GPUPool, choice: PoolChoice, replicas: int
+    owner: Owner,
+    spec: LLMServiceSpec,
+    pool: GPUPool,
+    choice: PoolChoice,
+    replicas: int,
+    *,
+    shape: ModelShape | None = None,
 ) -> dict[str, Any]:
     """The apps/v1 Deployment :func:`deployment_name` running ``replicas`` vLLM servers of
-    ``choice.gpus_per_replica`` GPUs each on ``pool``'s nodes."""
+    ``choice.gpus_per_replica`` GPUs each on ``pool``'s nodes; ``shape`` is the model's the
+    plan was made with (from its config.json; default: the built-in one of its name)."""
     if replicas < 0:
         raise ValueError(f"replicas must be >= 0, got {replicas}")
     if choice.pool != pool.name:
@@ -112,7 +123,7 @@ def render_deployment(
             "labels": dict(labels),  # a copy: no aliasing between the two label maps
         },
         "spec": {
-            "containers": [_container(spec, gpus)],
+            "containers": [_container(spec, gpus, shape)],
             # Service links would inject VLLM_PORT=tcp://… into the pod for a Service named
             # "vllm", which vLLM reads as its own port setting and fails on.
             "enableServiceLinks": False,

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpumix.api import GPUPool, GPUProfile, LLMService
 from gpumix.plan import solve
 from gpumix.problem import NoUsablePoolError, build_problem, pool_price
-from gpumix.profiles.models import model_shape
+from gpumix.profiles.models import ModelShape, model_shape
 from gpumix.profiles.vllm import for_workload
 from gpumix.route import RoutingTable, histogram_prior
 from gpumix.sim import traffic
@@ -108,8 +108,11 @@ def simulate_service(
     engine: EngineConfig | None = None,
     ttft_slo_ms: float | None = None,
     solver: Literal["highs", "cbc"] = "highs",
+    shape: ModelShape | None = None,
 ) -> SimRun:
-    problem = build_problem(service, pools, profiles)
+    """Simulate ``service`` served by ``plan`` (default: its optimal allocation) with pods of
+    the model's ``shape`` (from its config.json; default: the built-in shape of its name)."""
+    problem = build_problem(service, pools, profiles, shape=shape)
     if plan is None:
         if problem.instance is None:
             raise NoUsablePoolError(problem.unusable(service))
@@ -136,9 +139,9 @@ def simulate_service(
                 price_per_gpu_hour=pool_price(pool) or 0.0,
             )
         )
-    model = service.spec.model.name
+    model = shape or model_shape(service.spec.model.name)
     config = engine or EngineConfig.of(for_workload(service.spec.workload, model))
-    pods = build_pods(groups, model_shape(model), config)
+    pods = build_pods(groups, model, config)
     requests = make_traffic(service, traffic_spec)
     wl = service.spec.workload
     pool_of = [g.pool for g in groups for _ in range(g.replicas)]
