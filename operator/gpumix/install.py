@@ -5,7 +5,8 @@ a checked-in file is stale:
 
 - `manifests/base/`: namespace, service account, ClusterRole/Binding, metrics Service and the
   operator Deployment (kustomize base; `manifests/default` composes it with `crds/`);
-- `charts/gpumix/templates/clusterrole.yaml`: the chart's ClusterRole with the same rules;
+- `charts/gpumix/templates/clusterrole.yaml`: the chart's ClusterRole with the same rules, and
+  `leader-election.yaml`: the Role and RoleBinding of the replicas' Lease;
 - `charts/gpumix/templates/crds/*.yaml`: `crds/*.yaml` behind `crds.enabled` / `crds.keep`.
 
 The chart's other defaults (ports, probe, security contexts, resources) live in its
@@ -48,13 +49,14 @@ class Rule:
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
     why: str
+    resource_names: tuple[str, ...] = ()
 
     def policy_rule(self) -> dict[str, Any]:
-        return {
-            "apiGroups": [self.api_group],
-            "resources": list(self.resources),
-            "verbs": list(self.verbs),
-        }
+        rule: dict[str, Any] = {"apiGroups": [self.api_group], "resources": list(self.resources)}
+        if self.resource_names:
+            rule["resourceNames"] = list(self.resource_names)
+        rule["verbs"] = list(self.verbs)
+        return rule
 
 
 WATCH = ("list", "watch")
@@ -87,8 +89,9 @@ RULES: tuple[Rule, ...] = (
          "operator/kube.py: the InferencePool of routing mode InferencePool, applied and, when "
          "the mode changes, deleted"),
     Rule("", ("configmaps",), ("get", *WATCH, "create", "patch"),
-         "operator/kube.py: server-side apply of the routing ConfigMap; get/list/watch only so "
-         "that the routers' Roles may grant them (nothing here reads ConfigMaps)"),
+         "operator/kube.py: server-side apply of the routing ConfigMap; operator/handlers.py: "
+         "list/watch into the view for the config.json spec.model.config names; `get` so "
+         "that the routers' Roles may grant it"),
     Rule("", ("persistentvolumeclaims",), ("create", "patch"),
          "operator/kube.py: server-side apply of the model-cache claim (spec.model.cache)"),
     Rule("batch", ("jobs",), ("create", "patch"),
@@ -112,10 +115,34 @@ def policy_rules() -> list[dict[str, Any]]:
     return [r.policy_rule() for r in RULES]
 
 
+LEASE_NAME = "gpumix-operator"
+"""The Lease the replicas campaign for (`gpumix run --leader-elect-resource-name`), in the
+operator's own namespace."""
+LEADER_ELECTION = f"{NAME}-leader-election"
+"""The Role (and RoleBinding) granting the Lease, in the operator's namespace only."""
+
+LEADER_ELECTION_RULES: tuple[Rule, ...] = (
+    Rule("coordination.k8s.io", ("leases",), ("create",),
+         "operator/election.py: the first replica creates the Lease (a create names no "
+         "object yet, so RBAC cannot limit it by name)"),
+    Rule("coordination.k8s.io", ("leases",), ("get", "update"),
+         "operator/election.py: reads the Lease and replaces it, conditioned on its "
+         "resourceVersion, to acquire, renew and release it",
+         resource_names=(LEASE_NAME,)),
+)  # fmt: skip
+
+
+def leader_election_rules() -> list[dict[str, Any]]:
+    return [r.policy_rule() for r in LEADER_ELECTION_RULES]
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
     """The operator's container: what the manifests and the chart's defaults must agree on."""
 
+    replicas: int = 2
+    """Leader-elected: one leads, the other takes over within a lease (15 s) when it goes."""
+    pdb_min_available: int = 1
     metrics_port: int = 8080
     health_port: int = 8081
     interval_s: int = 30
@@ -173,7 +200,21 @@ class OperatorSettings:
 
     def env(self) -> list[dict[str, Any]]:
         # The solvers (HiGHS, CBC) and Python write temporary files; /tmp is an emptyDir.
-        return [{"name": "TMPDIR", "value": "/tmp"}, {"name": "HOME", "value": "/tmp"}]
+        # The downward API names the Lease's holder (the pod) and namespace (the operator's).
+        return [
+            {"name": "TMPDIR", "value": "/tmp"},
+            {"name": "HOME", "value": "/tmp"},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {
+                "name": "POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            },
+        ]
+
+    def strategy(self) -> dict[str, Any]:
+        # A new pod starts (as a follower) before an old one stops; the leader releases the
+        # Lease when it stops, and a follower takes over at its next attempt.
+        return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
 
 
 OPERATOR = OperatorSettings()
@@ -228,10 +269,10 @@ def base_objects(image: str | None = None) -> dict[str, list[dict[str, Any]]]:
         "kind": "Deployment",
         "metadata": meta,
         "spec": {
-            # One operator at a time: kopf runs standalone (no peering) and the planner loop
-            # is not leader-elected, so an upgrade stops the old pod before starting the new.
-            "replicas": 1,
-            "strategy": {"type": "Recreate"},
+            # Leader-elected replicas (gpumix.operator.election): only the Lease's holder
+            # runs the operator, so two (and a rolling update's third) never write at once.
+            "replicas": s.replicas,
+            "strategy": s.strategy(),
             "selector": {"matchLabels": selector_labels()},
             "template": {
                 "metadata": {"labels": labels()},
@@ -266,10 +307,36 @@ def base_objects(image: str | None = None) -> dict[str, list[dict[str, Any]]]:
             "ports": [{"name": "metrics", "port": s.metrics_port, "targetPort": "metrics"}],
         },
     }
+    election_role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": LEADER_ELECTION, "namespace": ns, "labels": labels()},
+        "rules": leader_election_rules(),
+    }
+    election_binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": LEADER_ELECTION, "namespace": ns, "labels": labels()},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": LEADER_ELECTION},
+        "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": ns}],
+    }  # fmt: skip
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": meta,
+        # A drain evicts one replica at a time: the other leads (or takes over) meanwhile.
+        "spec": {
+            "minAvailable": s.pdb_min_available,
+            "selector": {"matchLabels": selector_labels()},
+        },
+    }
     return {
         "namespace.yaml": [namespace],
         "rbac.yaml": [account, role, binding],
+        "leader-election.yaml": [election_role, election_binding],
         "deployment.yaml": [deployment],
+        "pdb.yaml": [budget],
         "service.yaml": [service],
     }
 
@@ -337,9 +404,48 @@ def render_chart_crd(crd_text: str) -> str:
     )
 
 
+def render_chart_leader_election() -> str:
+    """The chart's Role and RoleBinding for the Lease, in the release namespace."""
+    rules = yaml.safe_dump(leader_election_rules(), sort_keys=False, width=100)
+    name = '{{ include "gpumix.fullname" . }}-leader-election'
+    return (
+        CHART_HEADER
+        + "{{- if .Values.rbac.create }}\n"
+        + "apiVersion: rbac.authorization.k8s.io/v1\n"
+        + "kind: Role\n"
+        + "metadata:\n"
+        + f"  name: {name}\n"
+        + "  namespace: {{ .Release.Namespace }}\n"
+        + "  labels:\n"
+        + '    {{- include "gpumix.labels" . | nindent 4 }}\n'
+        + "rules:\n"
+        + rules
+        + "---\n"
+        + "apiVersion: rbac.authorization.k8s.io/v1\n"
+        + "kind: RoleBinding\n"
+        + "metadata:\n"
+        + f"  name: {name}\n"
+        + "  namespace: {{ .Release.Namespace }}\n"
+        + "  labels:\n"
+        + '    {{- include "gpumix.labels" . | nindent 4 }}\n'
+        + "roleRef:\n"
+        + "  apiGroup: rbac.authorization.k8s.io\n"
+        + "  kind: Role\n"
+        + f"  name: {name}\n"
+        + "subjects:\n"
+        + "- kind: ServiceAccount\n"
+        + '  name: {{ include "gpumix.serviceAccountName" . }}\n'
+        + "  namespace: {{ .Release.Namespace }}\n"
+        + "{{- end }}\n"
+    )
+
+
 def render_chart(crds_dir: Path) -> dict[str, str]:
     """Path under charts/gpumix → text, for the generated chart templates."""
-    files = {"templates/clusterrole.yaml": render_chart_clusterrole()}
+    files = {
+        "templates/clusterrole.yaml": render_chart_clusterrole(),
+        "templates/leader-election.yaml": render_chart_leader_election(),
+    }
     for path in sorted(crds_dir.glob("*.yaml")):
         files[f"templates/crds/{path.name}"] = render_chart_crd(path.read_text(encoding="utf-8"))
     return files

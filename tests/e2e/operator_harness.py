@@ -60,9 +60,12 @@ class Operator:
         kubeconfig: Path | None = None,
         context: str | None = None,
         extra_args: Sequence[str] = (),
+        identity: str | None = None,
     ) -> None:
         self.kube, self.log_dir = kube, log_dir
         self.extra_args = list(extra_args)
+        self.identity = identity
+        """The Lease holderIdentity (`--leader-elect-identity`); None: hostname_pid."""
         self.kubeconfig = kubeconfig if context else kube.kubeconfig
         self.context = context or kube.context
         self.proc: subprocess.Popen[bytes] | None = None
@@ -79,6 +82,11 @@ class Operator:
                 "--health-port", str(free_port()), "--log-format", "plain"]  # fmt: skip
         if self.kubeconfig is not None:
             args += ["--kubeconfig", str(self.kubeconfig)]
+        # Leader election: the Lease in a namespace every cluster has (outside a pod the
+        # default is gpumix-system); the operators of one session run one after another.
+        args += ["--leader-elect-resource-namespace", "default"]
+        if self.identity is not None:
+            args += ["--leader-elect-identity", self.identity]
         args += self.extra_args
         self.log = (self.log_dir / f"operator-{self.runs}.log").open("w")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)

@@ -70,8 +70,8 @@ def test_helm_lint_passes(helm: Helm) -> None:
     assert "1 chart(s) linted, 0 chart(s) failed" in out.stdout
 
 
-def test_schema_rejects_two_replicas_and_unknown_values(helm: Helm) -> None:
-    for bad in ("replicas=2", "image.tags=latest", "crds.keep=maybe"):
+def test_schema_rejects_no_replicas_and_unknown_values(helm: Helm) -> None:
+    for bad in ("replicas=0", "image.tags=latest", "crds.keep=maybe"):
         out = helm("template", "x", str(CHART), "--set", bad, check=False)
         assert out.returncode != 0, bad
         assert "values don't meet the specifications of the schema" in out.stderr, out.stderr
@@ -83,10 +83,18 @@ def test_template_renders_the_operator(helm: Helm) -> None:
         ("ServiceAccount", "gpumix"),
         ("ClusterRole", "gpumix"),
         ("ClusterRoleBinding", "gpumix"),
+        ("Role", "gpumix-leader-election"),
+        ("RoleBinding", "gpumix-leader-election"),
         ("Service", "gpumix-metrics"),
         ("Deployment", "gpumix"),
+        ("PodDisruptionBudget", "gpumix"),
         *(("CustomResourceDefinition", p.name.removesuffix(".yaml")) for p in crd_files()),
     }
+    assert objects[("Deployment", "gpumix")]["spec"]["replicas"] == 2
+    assert objects[("PodDisruptionBudget", "gpumix")]["spec"]["minAvailable"] == 1
+    # One replica: no budget (minAvailable 1 of 1 would block every node drain).
+    single = by_kind(template(helm, "--set", "replicas=1"))
+    assert ("PodDisruptionBudget", "gpumix") not in single
     for name in (p.name.removesuffix(".yaml") for p in crd_files()):
         crd = objects[("CustomResourceDefinition", name)]
         assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
@@ -117,8 +125,10 @@ def test_chart_and_kustomize_manifests_agree(helm: Helm, kube: KubeTarget) -> No
     built = kube.kubectl("kustomize", str(ROOT / "manifests" / "default")).stdout
     manifests = by_kind([d for d in yaml.safe_load_all(built) if d])
     assert {k for k in manifests if k[0] != "Namespace"} == set(chart)
-    key = ("ClusterRole", "gpumix")
-    assert chart[key]["rules"] == manifests[key]["rules"]
+    for key in (("ClusterRole", "gpumix"), ("Role", "gpumix-leader-election")):
+        assert chart[key]["rules"] == manifests[key]["rules"], key
+    key = ("PodDisruptionBudget", "gpumix")
+    assert chart[key]["spec"]["minAvailable"] == manifests[key]["spec"]["minAvailable"]
     for kind, name in chart:
         if kind == "CustomResourceDefinition":
             assert chart[kind, name]["spec"] == manifests[kind, name]["spec"], name
@@ -206,7 +216,7 @@ def test_install_upgrade_uninstall_crd_lifecycle(
     assert crd["metadata"]["annotations"]["meta.helm.sh/release-name"] == RELEASE
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     pods = json.loads(kube.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
-    assert [p["status"]["phase"] for p in pods] == ["Running"]
+    assert [p["status"]["phase"] for p in pods] == ["Running", "Running"]  # leader-elected
     assert pods[0]["spec"]["nodeName"].startswith("cpu-"), pods[0]["spec"]["nodeName"]
 
     assert "E2EUpgrade" not in printer_columns(kube)

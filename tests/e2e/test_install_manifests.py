@@ -25,7 +25,7 @@ import yaml
 from operator_harness import Env, Operator, log_text, running_operator
 from test_install_argocd import health
 
-from gpumix.install import NAME, NAMESPACE, RULES
+from gpumix.install import LEASE_NAME, NAME, NAMESPACE, RULES
 from gpumix_e2e import KubeTarget
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,7 +97,11 @@ def operator(
 ) -> Iterator[Operator]:
     log_dir = tmp_path_factory.mktemp("operator-sa")
     kubeconfig = service_account_kubeconfig(kube, log_dir / "kubeconfig")
-    with running_operator(kube, log_dir, kubeconfig=kubeconfig, context=SA_CONTEXT) as op:
+    # The Lease where the installed Role grants it (in-cluster: $POD_NAMESPACE).
+    lease = ["--leader-elect-resource-namespace", NAMESPACE]
+    with running_operator(
+        kube, log_dir, kubeconfig=kubeconfig, context=SA_CONTEXT, extra_args=lease
+    ) as op:
         yield op
 
 
@@ -107,13 +111,13 @@ def test_apply_k_runs_the_operator_pod_on_the_cpu_node(kube: KubeTarget, install
         kube.kubectl("get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={NAME}",
                      "-o", "json").stdout
     )["items"]  # fmt: skip
-    assert len(pods) == 1
-    pod = pods[0]
-    assert pod["status"]["phase"] == "Running"
-    assert pod["spec"]["nodeName"].startswith("cpu-"), pod["spec"]["nodeName"]
-    assert pod["spec"]["serviceAccountName"] == NAME
-    (container,) = pod["spec"]["containers"]
-    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert len(pods) == 2  # leader-elected replicas
+    for pod in pods:
+        assert pod["status"]["phase"] == "Running"
+        assert pod["spec"]["nodeName"].startswith("cpu-"), pod["spec"]["nodeName"]
+        assert pod["spec"]["serviceAccountName"] == NAME
+        (container,) = pod["spec"]["containers"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
     # Admitted under the namespace's Pod Security `restricted` enforcement.
     ns = json.loads(kube.kubectl("get", "namespace", NAMESPACE, "-o", "json").stdout)
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
@@ -129,6 +133,15 @@ def test_the_installed_role_is_the_generated_one(kube: KubeTarget, installed: fl
                            ("delete", "nodes"), ("patch", "nodes")]:  # fmt: skip
         out = kube.kubectl("auth", "can-i", verb, resource, f"--as={sa}", check=False)
         assert out.stdout.strip() == "no", (verb, resource)
+    # The Lease of leader election: its own, in its own namespace, and no other.
+    for verb, resource, ns, allowed in [
+        ("update", f"leases/{LEASE_NAME}", NAMESPACE, "yes"),
+        ("create", "leases", NAMESPACE, "yes"),
+        ("update", "leases/other", NAMESPACE, "no"),
+        ("update", f"leases/{LEASE_NAME}", "kube-node-lease", "no"),
+    ]:
+        out = kube.kubectl("auth", "can-i", verb, resource, "-n", ns, f"--as={sa}", check=False)
+        assert out.stdout.strip() == allowed, (verb, resource, ns)
 
 
 def test_argocd_health_of_a_live_service_is_healthy(env: Env) -> None:

@@ -17,6 +17,8 @@ import gpumix
 from gpumix.cli import build_parser
 from gpumix.install import (
     IMAGE_REPOSITORY,
+    LEADER_ELECTION_RULES,
+    LEASE_NAME,
     NAME,
     NAMESPACE,
     OPERATOR,
@@ -82,9 +84,44 @@ def test_the_operator_deployment_is_restricted() -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 8080, "health": 8081}
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    # Leader-elected replicas: a rolling update may run a new follower beside the old leader.
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     assert deployment["metadata"]["namespace"] == NAMESPACE
+    env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    (budget,) = base_objects()["pdb.yaml"]
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+
+
+def test_the_lease_is_granted_in_the_operator_namespace_only() -> None:
+    role, binding = base_objects()["leader-election.yaml"]
+    assert (role["kind"], role["metadata"]["namespace"]) == ("Role", NAMESPACE)
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [LEASE_NAME],
+            "verbs": ["get", "update"],
+        },
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]
+    assert all(rule.why for rule in LEADER_ELECTION_RULES)
+    # No lease verb reaches the ClusterRole: the operator cannot touch other Leases (the
+    # kubelets' node heartbeats among them).
+    assert not [r for r in RULES if "leases" in r.resources]
+    assert build_parser().parse_args(["run"]).leader_elect_resource_name == LEASE_NAME
 
 
 def test_the_operator_deploys_routers_with_its_own_image(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,7 +154,8 @@ def test_chart_defaults_are_the_operator_settings() -> None:
     s = OPERATOR
     assert values["image"]["repository"] == IMAGE_REPOSITORY
     assert values["image"]["tag"] == ""  # the chart's appVersion
-    assert values["replicas"] == 1
+    assert values["replicas"] == s.replicas == 2
+    assert values["podDisruptionBudget"] == {"enabled": True, "minAvailable": s.pdb_min_available}
     assert values["metrics"]["port"] == s.metrics_port
     assert values["health"]["port"] == s.health_port
     assert values["operator"]["interval"] == s.interval_s
@@ -135,7 +173,11 @@ def test_chart_defaults_are_the_operator_settings() -> None:
 def test_chart_schema_constrains_replicas_and_knows_every_value() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert schema["properties"]["replicas"]["enum"] == [1]
+    assert schema["properties"]["replicas"] == {
+        "type": "integer",
+        "minimum": 1,
+        "description": schema["properties"]["replicas"]["description"],
+    }
 
     def check(node: dict[str, Any], value: Any, path: str) -> None:
         if node.get("type") != "object" or "properties" not in node:

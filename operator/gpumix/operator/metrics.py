@@ -10,6 +10,14 @@ SOLVE = Histogram("gpumix_solve_seconds", "ILP solve time reported in plans")
 ERRORS = Counter("gpumix_reconcile_errors_total", "Failed writes or passes", ["stage"])
 GPUS = Gauge("gpumix_gpus", "Planned GPUs", ["namespace", "service", "pool"])
 COST = Gauge("gpumix_cost_per_hour_dollars", "Planned $/h", ["namespace", "service"])
+LEADER = Gauge(
+    "gpumix_leader", "1 while this replica holds the operator's Lease (only it writes), else 0"
+)
+WRITES = Counter(
+    "gpumix_cluster_writes_total",
+    "Writes of the planner and the KV loop sent to the apiserver (only the leader's)",
+    ["verb"],
+)
 
 _SVC = ["namespace", "service"]
 OBSERVED = Gauge(

@@ -4,20 +4,28 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 from typing import Any
 
 import kopf
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
-from gpumix.cliargs import Parser, positive_float, tcp_port
-from gpumix.install import ROUTER_IMAGE_ENV, default_image
+from gpumix.cliargs import Parser, fail, positive_float, positive_int, tcp_port
+from gpumix.install import LEASE_NAME, NAMESPACE, ROUTER_IMAGE_ENV, default_image
+from gpumix.operator.election import (
+    FollowerHealth,
+    GatedWriter,
+    LeaseElector,
+    default_identity,
+    default_namespace,
+)
 from gpumix.operator.handlers import register
-from gpumix.operator.kube import KubeWriter
 from gpumix.operator.kvtask import KvLoop
 from gpumix.operator.loop import Planner
 from gpumix.operator.observing import add_observe_arguments, observer_from_args
 from gpumix.operator.view import ClusterView
+from gpumix.reconcile.leadership import Timing
 
 log = logging.getLogger("gpumix")
 
@@ -53,12 +61,12 @@ def _connection(api: client.ApiClient) -> kopf.ConnectionInfo:
     )
 
 
-async def _main(args: argparse.Namespace) -> None:
+async def _main(
+    args: argparse.Namespace, api: client.ApiClient, elector: LeaseElector | None
+) -> None:
     view = ClusterView()
     registry = kopf.OperatorRegistry()
     register(registry, view, log_json=args.log_format == "json")
-
-    api = api_client(args.kubeconfig, args.context)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -66,7 +74,7 @@ async def _main(args: argparse.Namespace) -> None:
 
     planner = Planner(
         view,
-        KubeWriter(api),
+        GatedWriter(api, elector),
         interval_s=args.interval,
         time_limit_s=args.solver_time_limit,
         budget_per_hour=args.budget,
@@ -79,24 +87,69 @@ async def _main(args: argparse.Namespace) -> None:
         return planner.ready.is_set()
 
     start_http_server(args.metrics_port, addr=args.bind)
+    if elector is not None and not await _until_leading(args, elector):
+        return
     tasks = [
         asyncio.create_task(
             kopf.operator(
                 registry=registry,
                 clusterwide=True,
+                # No kopf peering: the Lease (gpumix.operator.election) decides who runs at all.
                 standalone=True,
                 liveness_endpoint=f"http://{args.bind}:{args.health_port}/healthz",
             ),
             name="kopf",
         ),
         asyncio.create_task(planner.run(), name="planner"),
-        asyncio.create_task(KvLoop(view, KubeWriter(api)).run(), name="kv-migration"),
+        asyncio.create_task(KvLoop(view, GatedWriter(api, elector)).run(), name="kv-migration"),
     ]
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()
     for task in done:
         task.result()
+
+
+async def _until_leading(args: argparse.Namespace, elector: LeaseElector) -> bool:
+    """Follow — serve /healthz, campaign for the Lease — until this replica leads (True) or is
+    asked to stop (False). kopf installs its own SIGTERM/SIGINT handlers once it runs."""
+    loop = asyncio.get_running_loop()
+    leading, stopping = asyncio.Event(), asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+    health = FollowerHealth(args.bind, args.health_port, elector)
+
+    def on_leading() -> None:  # called from the campaign's thread
+        loop.call_soon_threadsafe(leading.set)
+
+    elector.start(on_leading)
+    waits = [asyncio.create_task(leading.wait()), asyncio.create_task(stopping.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.to_thread(health.close)  # kopf's liveness endpoint takes the port over
+    return leading.is_set() and not stopping.is_set()
+
+
+def _elector(args: argparse.Namespace, api: client.ApiClient) -> LeaseElector | None:
+    if not args.leader_elect:
+        return None
+    timing = Timing(
+        lease_duration_s=args.leader_elect_lease_duration,
+        renew_deadline_s=args.leader_elect_renew_deadline,
+        retry_period_s=args.leader_elect_retry_period,
+    )
+    if problems := timing.problems():
+        fail("gpumix run", "; ".join(problems))
+    return LeaseElector(
+        api,
+        name=args.leader_elect_resource_name,
+        namespace=args.leader_elect_resource_namespace or default_namespace(NAMESPACE),
+        identity=args.leader_elect_identity or default_identity(),
+        timing=timing,
+    )
 
 
 def add_parser(sub: "argparse._SubParsersAction[Parser]") -> None:
@@ -125,7 +178,63 @@ def add_parser(sub: "argparse._SubParsersAction[Parser]") -> None:
     run.add_argument("--health-port", type=tcp_port, default=8081, help="GET /healthz")
     run.add_argument("--bind", default="0.0.0.0", help="address of the metrics/health servers")
     run.add_argument("--log-format", choices=["plain", "json"], default="json")
+    _add_leader_election_arguments(run)
     run.set_defaults(func=run_operator)
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"GPUMIX_{name}") or default
+
+
+def _add_leader_election_arguments(run: argparse.ArgumentParser) -> None:
+    """kube-controller-manager's flag names; each also read from $GPUMIX_<FLAG_IN_CAPITALS>."""
+    le = run.add_argument_group(
+        "leader election",
+        "Replicas campaign for a coordination.k8s.io/v1 Lease; only its holder runs the "
+        "operator and writes, the others wait as followers (Ready, serving metrics and "
+        "/healthz). A holder that cannot renew within the renew deadline exits.",
+    )
+    le.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=_env("LEADER_ELECT", "true").lower() not in ("0", "false", "no"),
+        help="campaign for the Lease before running (default: yes; --no-leader-elect runs at "
+        "once, for a single replica without the Lease's RBAC)",
+    )
+    le.add_argument(
+        "--leader-elect-resource-name",
+        default=_env("LEADER_ELECT_RESOURCE_NAME", LEASE_NAME),
+        help=f"the Lease's name (default: {LEASE_NAME})",
+    )
+    le.add_argument(
+        "--leader-elect-resource-namespace",
+        default=os.environ.get("GPUMIX_LEADER_ELECT_RESOURCE_NAMESPACE"),
+        help=f"the Lease's namespace (default: $POD_NAMESPACE, else the in-cluster service "
+        f"account's, else {NAMESPACE})",
+    )
+    le.add_argument(
+        "--leader-elect-identity",
+        default=os.environ.get("GPUMIX_LEADER_ELECT_IDENTITY"),
+        help="this replica's holderIdentity (default: $POD_NAME, else hostname_pid)",
+    )
+    timing = Timing()
+    le.add_argument(
+        "--leader-elect-lease-duration", type=positive_int,
+        default=_env("LEADER_ELECT_LEASE_DURATION", str(timing.lease_duration_s)),
+        help="whole seconds followers wait after the last renewal they saw before taking over "
+        f"(default: {timing.lease_duration_s})",
+    )  # fmt: skip
+    le.add_argument(
+        "--leader-elect-renew-deadline", type=positive_float,
+        default=_env("LEADER_ELECT_RENEW_DEADLINE", str(timing.renew_deadline_s)),
+        help="seconds the leader acts after the start of its last successful renewal; "
+        f"less than the lease duration (default: {timing.renew_deadline_s:g})",
+    )  # fmt: skip
+    le.add_argument(
+        "--leader-elect-retry-period", type=positive_float,
+        default=_env("LEADER_ELECT_RETRY_PERIOD", str(timing.retry_period_s)),
+        help=f"seconds between renewals and attempts (default: {timing.retry_period_s:g})",
+    )  # fmt: skip
 
 
 def run_operator(args: argparse.Namespace) -> int:
@@ -134,5 +243,12 @@ def run_operator(args: argparse.Namespace) -> int:
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,
     )
     logging.getLogger("gpumix").setLevel(logging.INFO)
-    asyncio.run(_main(args))
+    api = api_client(args.kubeconfig, args.context)
+    elector = _elector(args, api)
+    try:
+        asyncio.run(_main(args, api, elector))
+    finally:
+        # asyncio.run has waited for the writing threads: nothing writes any more.
+        if elector is not None:
+            elector.close()
     return 0
