@@ -1,14 +1,19 @@
 """Make-before-break: move capacity between GPU classes without a dip in serving capacity.
 
-Pools that grow are scaled up at once; pools that shrink keep their replicas until every growing
-pool has its new replicas available (Coral §4.3 drains old replicas only after new ones serve).
+Pools that grow are scaled up at once; pools that shrink keep their replicas until every pool
+that grows or keeps its size has its target available (Coral §4.3 drains old replicas only after
+new ones serve).
 """
 
 
 def stage(current: dict[str, int], target: dict[str, int], ready: dict[str, int]) -> dict[str, int]:
-    """Replicas to apply now, per pool, on the way from `current` to `target`."""
-    growing = [p for p, n in target.items() if n > current.get(p, 0)]
-    grown = all(ready.get(p, 0) >= target[p] for p in growing)
+    """Replicas to apply now, per pool, on the way from `current` (the Deployments' replicas)
+    to `target`, given the `ready` replicas.
+
+    Level-based: whether shrinking may start is read from what is available, never from what was
+    applied — on the pass after a growing pool was scaled up its Deployment already asks for the
+    target, and a new leader (or a restarted operator) starts in exactly that state."""
+    grown = all(ready.get(p, 0) >= n for p, n in target.items() if n >= current.get(p, 0))
     pools = sorted(set(current) | set(target))
     staged = {}
     for pool in pools:

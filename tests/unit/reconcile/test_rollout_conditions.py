@@ -15,6 +15,17 @@ def test_shrinking_pool_waits_for_growing_pool() -> None:
     assert stage(current, target, ready={"a100": 2, "l4": 3}) == {"a100": 0, "l4": 3}
 
 
+def test_the_pass_after_scaling_up_still_waits_for_the_new_replicas() -> None:
+    """The Deployments already ask for the grown target (applied on the pass before, or by the
+    leader that died): the shrinking pool still waits until those replicas are available."""
+    target = {"a": 0, "b": 4}
+    assert stage({"a": 2, "b": 4}, target, ready={"a": 2, "b": 2}) == {"a": 2, "b": 4}
+    assert stage({"a": 2, "b": 4}, target, ready={"a": 2, "b": 4}) == {"a": 0, "b": 4}
+    # A pool that keeps its size but lost a replica holds the shrinking too.
+    kept = {"a": 0, "b": 2, "c": 1}
+    assert stage({"a": 1, "b": 2, "c": 1}, kept, {"a": 1, "b": 1, "c": 1})["a"] == 1
+
+
 def test_pure_scale_down_and_up_apply_at_once() -> None:
     assert stage({"a": 3}, {"a": 1}, {"a": 3}) == {"a": 1}
     assert stage({}, {"a": 2}, {}) == {"a": 2}
@@ -33,9 +44,9 @@ def test_staging_never_drops_below_min_of_current_and_target(
         hi = max(current.get(pool, 0), target.get(pool, 0))
         assert lo <= staged[pool] <= hi
         assert staged[pool] >= target.get(pool, 0)  # growth is never delayed
-    # Shrinking happens only once every growing pool is fully available.
-    growing = [p for p in target if target[p] > current.get(p, 0)]
-    if any(ready.get(p, 0) < target[p] for p in growing):
+    # Shrinking happens only once every pool that grows or keeps its size is fully available.
+    staying = [p for p in target if target[p] >= current.get(p, 0)]
+    if any(ready.get(p, 0) < target[p] for p in staying):
         assert all(staged[p] >= current.get(p, 0) for p in current)
 
 
