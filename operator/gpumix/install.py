@@ -3,10 +3,12 @@
 `gpumix manifests` writes from here what is generated in the repository, and unit tests fail when
 a checked-in file is stale:
 
-- `manifests/base/`: namespace, service account, ClusterRole/Binding, metrics Service and the
-  operator Deployment (kustomize base; `manifests/default` composes it with `crds/`);
-- `charts/gpumix/templates/clusterrole.yaml`: the chart's ClusterRole with the same rules, and
-  `leader-election.yaml`: the Role and RoleBinding of the replicas' Lease;
+- `manifests/base/`: namespace, service account, ClusterRole/Binding, metrics Service, the
+  operator Deployment, its PodDisruptionBudget and NetworkPolicy (kustomize base;
+  `manifests/default` composes it with `crds/`);
+- `charts/gpumix/templates/clusterrole.yaml`: the chart's ClusterRole with the same rules,
+  `leader-election.yaml`: the Role and RoleBinding of the replicas' Lease, and
+  `networkpolicy.yaml`: ingress to the operator only on its metrics and health ports;
 - `charts/gpumix/templates/crds/*.yaml`: `crds/*.yaml` behind `crds.enabled` / `crds.keep`.
 
 The chart's other defaults (ports, probe, security contexts, resources) live in its
@@ -231,6 +233,12 @@ def selector_labels() -> dict[str, str]:
     return {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "operator"}
 
 
+def network_policy_ingress() -> list[dict[str, Any]]:
+    """The operator serves only its metrics and health ports (Prometheus, the kubelet); no
+    other ingress. Egress stays open: the apiserver, Prometheus and the routers' admin ports."""
+    return [{"ports": [{"port": p["name"], "protocol": "TCP"} for p in OPERATOR.ports()]}]
+
+
 def base_objects(image: str | None = None) -> dict[str, list[dict[str, Any]]]:
     """File name in manifests/base → its objects (namespace `gpumix-system`)."""
     image = image or default_image()
@@ -331,6 +339,16 @@ def base_objects(image: str | None = None) -> dict[str, list[dict[str, Any]]]:
             "selector": {"matchLabels": selector_labels()},
         },
     }
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": meta,
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels()},
+            "policyTypes": ["Ingress"],
+            "ingress": network_policy_ingress(),
+        },
+    }
     return {
         "namespace.yaml": [namespace],
         "rbac.yaml": [account, role, binding],
@@ -338,6 +356,7 @@ def base_objects(image: str | None = None) -> dict[str, list[dict[str, Any]]]:
         "deployment.yaml": [deployment],
         "pdb.yaml": [budget],
         "service.yaml": [service],
+        "networkpolicy.yaml": [policy],
     }
 
 
@@ -440,11 +459,37 @@ def render_chart_leader_election() -> str:
     )
 
 
+def render_chart_network_policy() -> str:
+    """The chart's NetworkPolicy over the operator's pods, behind `networkPolicy.enabled`."""
+    ingress = yaml.safe_dump(network_policy_ingress(), sort_keys=False, width=100)
+    return (
+        CHART_HEADER
+        + "{{- if .Values.networkPolicy.enabled }}\n"
+        + "apiVersion: networking.k8s.io/v1\n"
+        + "kind: NetworkPolicy\n"
+        + "metadata:\n"
+        + '  name: {{ include "gpumix.fullname" . }}\n'
+        + "  namespace: {{ .Release.Namespace }}\n"
+        + "  labels:\n"
+        + '    {{- include "gpumix.labels" . | nindent 4 }}\n'
+        + "spec:\n"
+        + "  podSelector:\n"
+        + "    matchLabels:\n"
+        + '      {{- include "gpumix.selectorLabels" . | nindent 6 }}\n'
+        + "  policyTypes:\n"
+        + "  - Ingress\n"
+        + "  ingress:\n"
+        + "".join(f"  {line}\n" for line in ingress.splitlines())
+        + "{{- end }}\n"
+    )
+
+
 def render_chart(crds_dir: Path) -> dict[str, str]:
     """Path under charts/gpumix → text, for the generated chart templates."""
     files = {
         "templates/clusterrole.yaml": render_chart_clusterrole(),
         "templates/leader-election.yaml": render_chart_leader_election(),
+        "templates/networkpolicy.yaml": render_chart_network_policy(),
     }
     for path in sorted(crds_dir.glob("*.yaml")):
         files[f"templates/crds/{path.name}"] = render_chart_crd(path.read_text(encoding="utf-8"))

@@ -88,8 +88,18 @@ def test_template_renders_the_operator(helm: Helm) -> None:
         ("Service", "gpumix-metrics"),
         ("Deployment", "gpumix"),
         ("PodDisruptionBudget", "gpumix"),
+        ("NetworkPolicy", "gpumix"),
         *(("CustomResourceDefinition", p.name.removesuffix(".yaml")) for p in crd_files()),
     }
+    policy = objects[("NetworkPolicy", "gpumix")]["spec"]
+    pod = objects[("Deployment", "gpumix")]["spec"]["template"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (operator,) = pod["spec"]["containers"]
+    declared = {p["name"] for p in operator["ports"]}
+    assert [{p["port"] for p in rule["ports"]} for rule in policy["ingress"]] == [declared]
+    assert ("NetworkPolicy", "gpumix") not in by_kind(
+        template(helm, "--set", "networkPolicy.enabled=false")
+    )
     assert objects[("Deployment", "gpumix")]["spec"]["replicas"] == 2
     assert objects[("PodDisruptionBudget", "gpumix")]["spec"]["minAvailable"] == 1
     # One replica: no budget (minAvailable 1 of 1 would block every node drain).
@@ -129,6 +139,8 @@ def test_chart_and_kustomize_manifests_agree(helm: Helm, kube: KubeTarget) -> No
         assert chart[key]["rules"] == manifests[key]["rules"], key
     key = ("PodDisruptionBudget", "gpumix")
     assert chart[key]["spec"]["minAvailable"] == manifests[key]["spec"]["minAvailable"]
+    key = ("NetworkPolicy", "gpumix")
+    assert chart[key]["spec"]["ingress"] == manifests[key]["spec"]["ingress"]
     for kind, name in chart:
         if kind == "CustomResourceDefinition":
             assert chart[kind, name]["spec"] == manifests[kind, name]["spec"], name
