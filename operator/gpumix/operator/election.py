@@ -8,8 +8,8 @@ campaign and serve metrics and health. The decisions are `gpumix.reconcile.leade
   timeouts, so a busy event loop (or a solver holding it) cannot delay a renewal;
 - a watchdog thread ends the process (`os._exit`, no cleanup that might write) the moment the
   holder passes its renew deadline without a successful renewal, or sees another holder;
-- `GatedWriter` checks the deadline again before every write of the planner and the KV loop,
-  and counts the writes (`gpumix_cluster_writes_total`);
+- `LeaseElector.check`, the guard of the planner's and the KV loop's `KubeWriter`, checks the
+  deadline again before every write;
 - on a graceful stop (SIGTERM), once the operator's tasks and their writing threads are done,
   `close()` releases the Lease so that a follower takes over at once.
 
@@ -36,7 +36,6 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from gpumix.operator import metrics
-from gpumix.operator.kube import KubeWriter
 from gpumix.reconcile.leadership import (
     LeaseRecord,
     Observed,
@@ -327,51 +326,6 @@ def _exit(why: str) -> NoReturn:
     for handler in logging.getLogger().handlers:
         handler.flush()
     os._exit(LOST_EXIT_CODE)
-
-
-class GatedWriter(KubeWriter):
-    """The planner's and the KV loop's writer: every write first checks that this replica still
-    holds the Lease (else the process ends), and is counted."""
-
-    def __init__(self, api: client.ApiClient, elector: LeaseElector | None) -> None:
-        super().__init__(api)
-        self._elector = elector
-
-    def _gate(self, verb: str) -> None:
-        if self._elector is not None:
-            self._elector.check(verb)
-
-    def apply(self, obj: dict[str, Any]) -> bool:
-        self._gate("apply")
-        sent = super().apply(obj)
-        if sent:
-            metrics.WRITES.labels("apply").inc()
-        return sent
-
-    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
-        self._gate("delete")
-        metrics.WRITES.labels("delete").inc()
-        super().delete(api_version, kind, namespace, name)
-
-    def patch_service_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self._gate("patch_service_status")
-        metrics.WRITES.labels("patch_status").inc()
-        super().patch_service_status(namespace, name, status)
-
-    def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        self._gate("patch_pod")
-        metrics.WRITES.labels("patch_pod").inc()
-        super().patch_pod(namespace, name, patch)
-
-    def patch_pool_status(self, name: str, status: dict[str, Any]) -> None:
-        self._gate("patch_pool_status")
-        metrics.WRITES.labels("patch_status").inc()
-        super().patch_pool_status(name, status)
-
-    def event(self, owner: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
-        self._gate("event")
-        metrics.WRITES.labels("event").inc()
-        super().event(owner, type_, reason, message, now)
 
 
 class FollowerHealth:

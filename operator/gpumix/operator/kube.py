@@ -6,6 +6,7 @@ dynamic module and config loaders are untyped, hence a mypy override in pyprojec
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -14,14 +15,20 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from gpumix.api import GROUP, VERSION
+from gpumix.operator import metrics
 from gpumix.render import FIELD_MANAGER
 
 log = logging.getLogger("gpumix.kube")
 
 
 class KubeWriter:
-    def __init__(self, api: client.ApiClient) -> None:
+    """``guard(verb)`` runs before every write: the Lease check of `gpumix.operator.election`,
+    which ends the process when this replica may no longer write. Writes sent are counted
+    (``gpumix_cluster_writes_total``)."""
+
+    def __init__(self, api: client.ApiClient, guard: Callable[[str], None] | None = None) -> None:
         self._api = api
+        self._guard = guard
         self._dynamic = DynamicClient(api)
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
@@ -31,10 +38,12 @@ class KubeWriter:
     def apply(self, obj: dict[str, Any]) -> bool:
         """Server-side apply with our field manager; skipped when identical to our last apply
         (a restart re-applies once, which the apiserver treats as a no-op)."""
+        self._before("apply")
         meta = obj["metadata"]
         key = (obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
         if self._last_applied.get(key) == obj:
             return False
+        self._count("apply")
         resource = self._dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         self._dynamic.server_side_apply(
             resource,
@@ -45,6 +54,18 @@ class KubeWriter:
         )
         self._last_applied[key] = obj
         return True
+
+    def _before(self, verb: str) -> None:
+        if self._guard is not None:
+            self._guard(verb)
+
+    @staticmethod
+    def _count(label: str) -> None:
+        metrics.WRITES.labels(label).inc()
+
+    def _write(self, verb: str, label: str) -> None:
+        self._before(verb)
+        self._count(label)
 
     def serves(self, api_version: str) -> bool:
         """Whether the apiserver serves the API group version ``group/version`` (one GET /apis,
@@ -58,6 +79,7 @@ class KubeWriter:
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         """Delete one namespaced object (of any kind we apply); one already gone, or of a kind
         the apiserver does not serve (a CRD since removed), is fine."""
+        self._write("delete", "delete")
         try:
             resource = self._dynamic.resources.get(api_version=api_version, kind=kind)
         except ResourceNotFoundError:
@@ -70,20 +92,24 @@ class KubeWriter:
         self._last_applied.pop((api_version, kind, namespace, name), None)
 
     def patch_service_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self._write("patch_service_status", "patch_status")
         self._custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, "llmservices", name, {"status": status}
         )
 
     def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """A merge patch of a pod's metadata (the KV loop's pod-deletion-cost annotation)."""
+        self._write("patch_pod", "patch_pod")
         self._core.patch_namespaced_pod(name, namespace, patch)
 
     def patch_pool_status(self, name: str, status: dict[str, Any]) -> None:
+        self._write("patch_pool_status", "patch_status")
         self._custom.patch_cluster_custom_object_status(
             GROUP, VERSION, "gpupools", name, {"status": status}
         )
 
     def event(self, owner: dict[str, Any], type_: str, reason: str, message: str, now: str) -> None:
+        self._write("event", "event")
         meta = owner["metadata"]
         body: Any = {
             "apiVersion": "v1",

@@ -15,12 +15,12 @@ from gpumix.cliargs import Parser, fail, positive_float, positive_int, tcp_port
 from gpumix.install import LEASE_NAME, NAMESPACE, ROUTER_IMAGE_ENV, default_image
 from gpumix.operator.election import (
     FollowerHealth,
-    GatedWriter,
     LeaseElector,
     default_identity,
     default_namespace,
 )
 from gpumix.operator.handlers import register
+from gpumix.operator.kube import KubeWriter
 from gpumix.operator.kvtask import KvLoop
 from gpumix.operator.loop import Planner
 from gpumix.operator.observing import add_observe_arguments, observer_from_args
@@ -72,9 +72,10 @@ async def _main(
     def login(**_: Any) -> kopf.ConnectionInfo:
         return _connection(api)
 
+    guard = None if elector is None else elector.check  # every write checks the Lease first
     planner = Planner(
         view,
-        GatedWriter(api, elector),
+        KubeWriter(api, guard),
         interval_s=args.interval,
         time_limit_s=args.solver_time_limit,
         budget_per_hour=args.budget,
@@ -101,7 +102,7 @@ async def _main(
             name="kopf",
         ),
         asyncio.create_task(planner.run(), name="planner"),
-        asyncio.create_task(KvLoop(view, GatedWriter(api, elector)).run(), name="kv-migration"),
+        asyncio.create_task(KvLoop(view, KubeWriter(api, guard)).run(), name="kv-migration"),
     ]
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
