@@ -1,30 +1,52 @@
 """Benchmark: MELL's KV-cache scheduler vs BF, WF and LB (MELL §VIII) in a KV-occupancy simulation.
 
-Setup after MELL §VIII-B: requests from the Azure LLM inference trace 2023 (conversation) with
-prompt and output lengths scaled ×10 (MELL scales its conversations ×10 to mimic long-context
-LLMs), drawn with replacement; Poisson arrivals at λ = 0.5, 0.8 and 1.1 req/s; pods of Llama-2-13B
-on A100-40GB (4 per node) and Llama-2-7B on RTX-4090-24GB (8 per node), KV capacity C from the
-roofline (`Roofline.kv_capacity_tokens`). A scaled request longer than C is clipped to C (output
-first, then prompt): the share clipped is printed.
+Setup after MELL §VIII-B:
 
-The simulation advances in epochs of `--epoch` seconds (default 1; MELL §IV's epochs). Each pod
-decodes one token per running request per step, its step time from the same roofline the
-discrete-event engine uses (`Roofline.decode_step_s` at the pod's batch and mean context); a new
-request first waits for its prefill (`Roofline.prefill_s`). Every epoch the scheduler sees
-arrivals, completions and every running request's KV size projected to the end of the epoch
-(current + the most tokens a pod can decode in one epoch; never the final output length), so a
-decision never lets a pod overflow during the epoch. A migration holds its request up by its cost:
-MELL chooses KV transfer or re-prefill per migration with §V's two-bin packing (first fit) over
-link budgets from Vidur's measured send/recv curves (A100: NVLink within a node, DGX network across
-nodes; RTX 4090, no NVLink: the A40-pairwise curves, PCIe-class) and re-prefill budgets from the
-roofline; LB always transfers KV (Llumnix). A preemption (BF/WF/LB, when growth overflows a pod)
-re-prefills its request.
+- **Request lengths**: chat conversations as in LMSYS-Chat-1M and WildChat, scaled ×10 (MELL
+  scales each conversation ×10 to mimic long-context LLMs). The datasets are not downloaded: each
+  request is drawn (half and half) from a lognormal fit of one dataset's published per-turn
+  statistics. LMSYS-Chat-1M (Zheng et al., ICLR'24, Table 1): mean 69.5 prompt and 214.5
+  response tokens per turn. WildChat (Zhao et al., ICLR'24, Table 1): mean ± std 295.58 ±
+  1,609.18 user and 441.34 ± 410.91 chatbot tokens per turn; the same table gives LMSYS-Chat-1M
+  69.83 ± 143.49 user tokens. Each lognormal matches the mean and the coefficient of variation
+  (σ² = ln(1 + CV²), μ = ln(mean) − σ²/2); LMSYS responses take WildChat's response CV (0.93: the
+  published LMSYS response std, 1,858, comes from a few outliers and would put a lognormal's
+  median near 15 tokens). Scaled requests longer than C are clipped to C (the share is printed).
+- **Arrivals**: Poisson at λ = 0.5, 0.8 and 1.1 req/s, and the Azure LLM inference trace 2023
+  (conversation: its own timestamps, from the first request; MELL §VIII-B: 'traces from multiple
+  LLM inference services in Azure … to simulate production-like workload arrival patterns').
+- **Pods**: Llama-2-13B on A100-40GB (4 per node) and Llama-2-7B on RTX-4090-24GB (8 per node).
+  KV capacity C by MELL §III's arithmetic (`PAPER_CAP`): GPU memory minus the fp16 weights over
+  the KV bytes per token — for 13B on A100-40GB the paper's own figure, 16 GB over 3.2 GB per
+  4,096 tokens = 5 × 4,096 = 20,480 tokens ('a maximum batch of 5 requests'; by the formula
+  20,690); for 7B on a 24 GB RTX 4090 (the paper gives no figure) the same formula, 23,442.
+  `--capacity roofline` uses `Roofline.kv_capacity_tokens` instead (vLLM's 0.9 memory share and
+  an activation reserve: 14,136 and 16,477).
 
-Figures per scheduler (GPU counts over the arrival window, from 10% of arrivals to the last):
-peak and mean GPUs (pods holding requests), migrations/s, mean KV utilisation (KV in use / C over
-active pods), migration cost (mean ms a migrated request is held up, share of request-time) and
-preemptions. Ratios are against BF, WF and LB of the same run; "batching" compares MELL with and
-without §VI-C operation batching.
+The simulation advances in epochs of `--epoch` seconds (default 1). MELL §IV: 'the system's life
+cycle is composed of multiple epochs'; §VIII does not give their length, so batching (§VI-C) is
+also reported at 5 s (`--batching-epochs`). Each pod decodes one token per running request per
+step, its step time from the roofline the discrete-event engine uses (`Roofline.decode_step_s`
+at the pod's batch and mean context); a new request first waits for its prefill
+(`Roofline.prefill_s`). Every epoch the scheduler sees arrivals, completions and every running
+request's KV size projected to the end of the epoch (current + the most tokens a pod can decode
+in one epoch; never the final output length), so a decision never lets a pod overflow during
+the epoch. A migration holds its request up by its cost: MELL chooses KV transfer or re-prefill
+per migration with §V's two-bin packing (first fit) over link budgets from Vidur's measured
+send/recv curves (A100: NVLink within a node, DGX network across nodes; RTX 4090, no NVLink: the
+A40-pairwise curves, PCIe-class) and re-prefill budgets from the roofline; LB always transfers
+KV (Llumnix). BF, WF and LB preempt when growth overflows a pod (vLLM recompute): the request
+waits in its own pod's queue and re-prefills there when the pod has room (`gpumix.kvsched`
+baselines).
+
+Figures per scheduler (over the arrival window, from 10% of arrivals to the last): GPUs at peak
+(MELL Eq. (3): the most pods holding requests at once) and mean over time, migrations/s, mean
+KV utilisation (KV in use / C over active pods), migration cost (mean ms a migrated request is
+held up, share of request-time), preemptions, and the **lower bound** of the run: every epoch
+⌈KV the scheduler holds / C⌉ (no placement of that KV uses fewer pods), its peak and mean. MELL
+holds every running request's KV, so its bound is the workload's; a baseline's is lower by the
+KV its queues dropped. Ratios are against BF, WF and LB of the same run; "batching" compares
+MELL with and without §VI-C operation batching.
 
 Each rate also runs LB, MELL and MELL-nobatch again on the same workload and seed with
 **recompute migration** only, as the router does it on stock vLLM (issue #16,
@@ -34,7 +56,8 @@ request's prompt + generated tokens plus `ROUTER_OVERHEAD_S` (measured by bench/
 both modes. "dest pause" is the request-time the re-prefills would stall the destinations'
 running requests (no chunked prefill), reported, not charged.
 
-Usage: ``.venv/bin/python bench/kvsched.py [--quick] [--json] [--requests N] [--seed S]``
+Usage: ``.venv/bin/python bench/kvsched.py [--quick] [--json] [--requests N] [--seed S]
+[--epoch S] [--capacity paper|roofline] [--batching-epochs S,…]``
 """
 
 from __future__ import annotations
@@ -52,6 +75,7 @@ from gpumix.datafiles import data_dir
 from gpumix.kvsched import (
     EpochResult,
     LinkProfile,
+    LoadBalancer,
     Mell,
     MigrationProfile,
     Move,
@@ -66,8 +90,19 @@ from gpumix.profiles.models import model_shape
 from gpumix.profiles.roofline import Roofline
 from gpumix.sim import traffic
 
-RATES = (0.5, 0.8, 1.1)
+RATES: tuple[float | str, ...] = (0.5, 0.8, 1.1, "azure")
+"""Poisson rates (req/s) and the Azure conversation trace's own arrivals."""
 SCALE = 10
+
+CHAT_LENGTHS = (
+    # (dataset, prompt mean, prompt CV, response mean, response CV), tokens per turn
+    ("LMSYS-Chat-1M", 69.5, 143.49 / 69.83, 214.5, 410.91 / 441.34),
+    ("WildChat", 295.58, 1609.18 / 295.58, 441.34, 410.91 / 441.34),
+)
+"""Published per-turn length statistics (see the module docstring for the sources)."""
+
+PAPER_CAP = {"llama-2-13b/a100-40gb": 5 * 4096}
+"""MELL §III: 16 GB of an A100-40GB beside Llama-2-13B's weights, 3.2 GB per 4,096 tokens."""
 SCHEDULERS = ("BF", "WF", "LB", "MELL", "MELL-nobatch")
 BASES = ("BF", "WF", "LB")
 MIGRATING = ("LB", "MELL", "MELL-nobatch")
@@ -108,12 +143,44 @@ class Scheduler(Protocol):
     ) -> EpochResult: ...
 
 
-def _make(name: str, cap: int, per_node: int) -> Scheduler:
+def _make(name: str, cap: int, per_node: int, epoch_s: float) -> Scheduler:
     if name == "MELL":
         return Mell(cap, pods_per_node=per_node)
     if name == "MELL-nobatch":
         return Mell(cap, pods_per_node=per_node, batching=False)
+    if name == "LB":  # Llumnix ticks every 50–100 ms
+        return LoadBalancer(
+            cap, pods_per_node=per_node, ticks_per_epoch=max(1, round(epoch_s / 0.1))
+        )
     return make_baseline(name, cap, pods_per_node=per_node)
+
+
+def capacity(setup: Setup, roof: Roofline, how: str) -> int:
+    """KV tokens per pod: MELL §III's arithmetic (GPU memory − fp16 weights) / KV bytes per
+    token, the paper's own figure where it gives one; or the roofline's vLLM capacity."""
+    if how == "roofline":
+        return roof.kv_capacity_tokens
+    if setup.name in PAPER_CAP:
+        return PAPER_CAP[setup.name]
+    free = roof.gpu.memory_gib * 2**30 - roof.model.weight_bytes
+    return int(free // roof.model.kv_bytes_per_token)
+
+
+def chat_sizes(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output lengths of `n` chat turns: each from one of `CHAT_LENGTHS` (alternating
+    at random), a lognormal matching the published mean and CV; ≥ 1 token."""
+    rng = np.random.default_rng(seed)
+    which = rng.integers(0, len(CHAT_LENGTHS), n)
+    prompts = np.empty(n)
+    outputs = np.empty(n)
+    for k, (_, pm, pcv, om, ocv) in enumerate(CHAT_LENGTHS):
+        idx = which == k
+        for out, mean, cv in ((prompts, pm, pcv), (outputs, om, ocv)):
+            s2 = math.log(1 + cv * cv)
+            out[idx] = rng.lognormal(math.log(mean) - s2 / 2, math.sqrt(s2), int(idx.sum()))
+    return np.maximum(1, np.round(prompts)).astype(int), np.maximum(1, np.round(outputs)).astype(
+        int
+    )
 
 
 def _profile(setup: Setup, roof: Roofline) -> MigrationProfile:
@@ -138,10 +205,14 @@ def _profile(setup: Setup, roof: Roofline) -> MigrationProfile:
 
 
 def workload(
-    trace: traffic.Trace, rate: float, n: int, cap: int, seed: int
+    trace: traffic.Trace, rate: float | str, n: int, cap: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    times = traffic.poisson_times(rate, n, seed)
-    prompts, outputs = traffic.trace_sizes(trace, n, seed + 1)
+    """Arrivals (Poisson at `rate`, or the Azure trace's own for "azure") and chat lengths ×10."""
+    if rate == "azure":
+        times = np.asarray(trace.times[:n], dtype=float) + 1e-3
+    else:
+        times = traffic.poisson_times(float(rate), n, seed)
+    prompts, outputs = chat_sizes(n, seed + 1)
     prompts, outputs = prompts * SCALE, outputs * SCALE
     clipped = float(np.mean(prompts + outputs > cap))
     prompts = np.minimum(prompts, cap - 1)
@@ -153,6 +224,7 @@ def simulate(
     sched_name: str,
     *,
     setup: Setup,
+    cap: int,
     roof: Roofline,
     prof: MigrationProfile,
     times: np.ndarray,
@@ -165,8 +237,7 @@ def simulate(
     transfer and re-prefill (LB: always KV transfer, Llumnix); ``recompute``, every scheduler's
     migrations re-prefill prompt + generated tokens on the destination plus the router's
     overhead (stock vLLM through the router, issue #16), §V's budget still counted."""
-    cap = roof.kv_capacity_tokens
-    sched = _make(sched_name, cap, setup.pods_per_node)
+    sched = _make(sched_name, cap, setup.pods_per_node, epoch_s)
     look = math.ceil(epoch_s / roof.decode_step_s(1, 0)) + 1
     n = len(times)
     gen = np.zeros(n)
@@ -177,6 +248,7 @@ def simulate(
     t = 0.0
     pods_t: list[int] = []
     util_t: list[float] = []
+    floor_t: list[int] = []
     window = (float(times[n // 10]), float(times[-1]))
     moves = preempts = 0
     move_s = 0.0
@@ -230,9 +302,12 @@ def simulate(
             moves += len(plan.choices)
             move_s += plan.seconds
             over_budget += plan.over_budget
-        for r in res.preempted:
+        # a preempted request stops decoding (its KV is gone; it is off its pod's batch) and
+        # re-prefills prompt + generated tokens when its pod resumes it
+        preempts += len(res.preempted)
+        for r in res.resumed:
             stall[r] += roof.prefill_s(int(prompts[r] + gen[r]))
-            preempts += 1
+        held = sum(p.used for p in sched.c.pods.values())
         # decode one epoch on every pod
         used = 0
         for pod in sched.c.pods.values():
@@ -253,11 +328,14 @@ def simulate(
             active = sum(1 for p in sched.c.pods.values() if p.reqs)
             pods_t.append(active)
             util_t.append(used / (cap * active) if active else 0.0)
+            floor_t.append(-(-held // cap))
     span = window[1] - window[0]
     lat = finish - times
     return {
         "gpus_peak": int(max(pods_t)),
         "gpus_mean": round(float(np.mean(pods_t)), 2),
+        "bound_peak": int(max(floor_t)),
+        "bound_mean": round(float(np.mean(floor_t)), 2),
         "migrations": moves,
         "migrations_per_s": round(moves / span, 3),
         "kv_util_mean": round(float(np.mean(util_t)), 4),
@@ -289,12 +367,13 @@ def _ratios(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
 
 def _table(runs: dict[str, dict[str, Any]]) -> None:
     print(
-        "    scheduler     GPUs peak  mean   migr/s  KV util  migr ms  migr share"
+        "    scheduler     GPUs peak  mean  bound peak  mean   migr/s  KV util  migr ms  migr share"
         "  KV/re-prefill  over budget  dest pause  preempt  latency s"
     )
     for s, r in runs.items():
         print(
             f"    {s:<13} {r['gpus_peak']:>8} {r['gpus_mean']:>6.1f} "
+            f"{r['bound_peak']:>10} {r['bound_mean']:>5.1f} "
             f"{r['migrations_per_s']:>8.3f} {100 * r['kv_util_mean']:>7.1f}% "
             f"{r['migration_ms_mean']:>8.1f} "
             f"{100 * r['migration_share_of_request_time']:>9.2f}%"
@@ -315,7 +394,26 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=None, help="per run (default 1500)")
     parser.add_argument("--epoch", type=float, default=1.0, help="seconds per epoch")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--capacity",
+        choices=("paper", "roofline"),
+        default="paper",
+        help="KV capacity: MELL §III's arithmetic (default) or the roofline's",
+    )
+    parser.add_argument(
+        "--batching-epochs",
+        default="5",
+        help="other epoch lengths (s, comma-separated) at which MELL is run with "
+        "and without §VI-C batching; empty: none",
+    )
+    parser.add_argument(
+        "--rates", default=None, help="comma-separated Poisson rates and/or 'azure' (default: all)"
+    )
     args = parser.parse_args()
+    rates: tuple[float | str, ...] = RATES
+    if args.rates:
+        rates = tuple(r if r == "azure" else float(r) for r in args.rates.split(","))
+    extra_epochs = [float(e) for e in args.batching_epochs.split(",") if e.strip()]
     n = args.requests or (300 if args.quick else 1500)
     t0 = time.perf_counter()
     trace = traffic.load_trace("azure-conv")
@@ -323,16 +421,16 @@ def main() -> int:
     for setup in SETUPS:
         roof = Roofline(gpu_type(setup.gpu), model_shape(setup.model))
         prof = _profile(setup, roof)
-        cap = roof.kv_capacity_tokens
+        cap = capacity(setup, roof, args.capacity)
         print(
-            f"\n{setup.name}: C = {cap} tokens; links {prof.intra.name} "
+            f"\n{setup.name}: C = {cap} tokens ({args.capacity}); links {prof.intra.name} "
             f"{prof.intra.gbytes_per_s:.1f} GB/s, {prof.inter.name} {prof.inter.gbytes_per_s:.1f}"
             f" GB/s; re-prefill budget {prof.compute_budget_tokens} tokens/epoch/pod"
         )
         per_rate: dict[str, Any] = {}
-        for rate in RATES:
+        for rate in rates:
             times, prompts, outputs, clipped = workload(trace, rate, n, cap, args.seed)
-            run = {"setup": setup, "roof": roof, "prof": prof, "times": times,
+            run = {"setup": setup, "cap": cap, "roof": roof, "prof": prof, "times": times,
                    "prompts": prompts, "outputs": outputs, "epoch_s": args.epoch}  # fmt: skip
             runs = {s: simulate(s, **run) for s in SCHEDULERS}
             # The same workload and seed with the router's recompute migration (stock vLLM).
@@ -346,11 +444,24 @@ def main() -> int:
             ratios["migrations_batching_vs_nobatch"] = (
                 round(mell["migrations"] / nob["migrations"], 3) if nob["migrations"] else None
             )
+            batching = {}
+            for e in extra_epochs:
+                at = run | {"epoch_s": e}
+                b, nb = simulate("MELL", **at), simulate("MELL-nobatch", **at)
+                batching[str(e)] = {
+                    "migrations": b["migrations"], "migrations_nobatch": nb["migrations"],
+                    "gpus_mean": b["gpus_mean"], "gpus_mean_nobatch": nb["gpus_mean"],
+                }  # fmt: skip
             per_rate[str(rate)] = {"clipped_share": round(clipped, 3), "runs": runs,
-                                   "ratios": ratios,
+                                   "ratios": ratios, "batching_at_epoch": batching,
                                    "recompute": {"runs": recompute,
                                                  "ratios": _ratios(recompute)}}  # fmt: skip
-            print(f"  λ = {rate} req/s, {n} requests ({100 * clipped:.0f}% clipped to C)")
+            what = "Azure conversation trace arrivals" if rate == "azure" else f"λ = {rate} req/s"
+            span = float(times[-1] - times[0])
+            print(
+                f"  {what} ({n / span:.2f} req/s), {n} requests ({100 * clipped:.1f}% clipped"
+                f" to C; mean prompt {prompts.mean():.0f}, output {outputs.mean():.0f} tokens)"
+            )
             print("   migration by KV transfer or re-prefill (MELL §V; LB: KV transfer)")
             _table(runs)
             print("   recompute migration through the router (stock vLLM; BF/WF do not migrate)")
@@ -367,6 +478,15 @@ def main() -> int:
                 + " / ".join(_pct(rmell["gpus_peak"], recompute[b]["gpus_peak"]) for b in BASES)
                 + "; batching changes migrations by "
                 + _pct(mell["migrations"], nob["migrations"])
+                + f" at {args.epoch:g} s epochs"
+                + "".join(
+                    f", {_pct(b['migrations'], b['migrations_nobatch'])} at {e} s"
+                    for e, b in batching.items()
+                )
+                + f"\n    lower bound (MELL run): peak {mell['bound_peak']}, mean"
+                f" {mell['bound_mean']:.1f}; MELL above it: peak"
+                f" {_pct(mell['gpus_peak'], mell['bound_peak'])}, mean"
+                f" {_pct(mell['gpus_mean'], mell['bound_mean'])}"
             )
         results[setup.name] = {"kv_capacity_tokens": cap, "rates": per_rate}
     wall = time.perf_counter() - t0
@@ -376,6 +496,7 @@ def main() -> int:
             "bench": "kvsched",
             "requests_per_run": n,
             "epoch_s": args.epoch,
+            "capacity": args.capacity,
             "scale": SCALE,
             "seed": args.seed,
             "router_overhead_s": ROUTER_OVERHEAD_S,

@@ -14,7 +14,7 @@ the same run length, direct and proxy blocks alternating so that the machine's n
    side (direct and proxy alternating, each block's arrivals replayed on both), and the median
    over blocks of each block's difference (robust to a block disturbed by another job). The
    proxy's own ``gpumix_router_added_ttft_seconds`` (from its /metrics) is shown next to it.
-   A third side, the same router started with ``--admin-port 0`` (streams relayed raw, no
+   A third side, the same router started without ``--migratable`` (streams relayed raw, no
    :class:`~gpumix.route.relay.Relay`), takes its turn in every block on the same arrivals (the
    three sides' order rotates per block): the migratable relay's added TTFT, per-chunk delay
    and router CPU per request are divided by the raw relay's (the cost of a movable stream).
@@ -58,8 +58,10 @@ pod of the table (16; listen backlog 2048, uvicorn's default, which vLLM's serve
 direct baseline spreads requests round-robin over those ports.
 
 **The router** runs as users run it, ``gpumix route --routing-file … --engine POOL=URL ×16 --bind
-127.0.0.1 --port P --log-format plain --max-inflight-per-pod 1024`` (1024, not the default 256, so
-that 2,000 streams are not shed by policy: shedding is not overhead), on the table of (1).
+127.0.0.1 --port P --admin-port A --migratable --log-format plain --max-inflight-per-pod 1024``
+(``--migratable``, as for a service whose KV loop moves streams through it: the costlier relay;
+1024, not the default 256, so that 2,000 streams are not shed by policy: shedding is not
+overhead), on the table of (1).
 Prompts are token-ID lists (32–800 tokens: input buckets 1–5), so the router needs no /tokenize.
 It runs on its default loop (``asyncio.run``; the run reports whether uvloop was loaded in it).
 
@@ -800,7 +802,7 @@ class Rig:
     engine_urls: list[str]
     proxy_url: str
     raw_url: str
-    """A second router on the same engines with ``--admin-port 0``: streams relayed raw."""
+    """A second router on the same engines without ``--migratable``: streams relayed raw."""
     meter: Meter
 
     def url(self, side: str) -> Callable[[int], str]:
@@ -831,8 +833,8 @@ class Rig:
 
 
 TTFT_SIDES = ("direct", "proxy", "raw")
-"""The engine directly, the router as it ships (migratable relay), the router with
-``--admin-port 0`` (raw relay)."""
+"""The engine directly, the router with ``--migratable`` (migratable relay), the router
+without it (raw relay)."""
 ROUTER_OF = {"proxy": "proxy", "raw": "raw"}
 """The Meter's name of each side's router process."""
 
@@ -1267,7 +1269,7 @@ async def phase_migration(
     routing.write_text(json.dumps(table))
     children.start("router-migration", [
         gpumix, "route", "--routing-file", str(routing), "--bind", "127.0.0.1", "--port",
-        str(port), "--admin-port", str(admin_port), "--log-format", "plain",
+        str(port), "--admin-port", str(admin_port), "--migratable", "--log-format", "plain",
         *(f for u in engines for f in ("--engine", f"{SIM_GPU}={u}")),
     ])  # fmt: skip
     url, admin = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}"
@@ -1397,6 +1399,7 @@ async def run_bench(cfg: Config, children: Children, summary: dict[str, Any]) ->
         str(proxy_port),
         "--admin-port",
         str(admin_port),
+        "--migratable",
         "--log-format",
         "plain",
         "--max-inflight-per-pod",
@@ -1410,6 +1413,7 @@ async def run_bench(cfg: Config, children: Children, summary: dict[str, Any]) ->
     raw_argv = list(argv)
     raw_argv[raw_argv.index("--port") + 1] = str(raw_port)
     raw_argv[raw_argv.index("--admin-port") + 1] = "0"
+    raw_argv.remove("--migratable")
     raw = children.start("raw", raw_argv)
     raw_url = f"http://127.0.0.1:{raw_port}"
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
@@ -1440,7 +1444,7 @@ async def run_bench(cfg: Config, children: Children, summary: dict[str, Any]) ->
         gc.freeze()
         print(
             f"\n2+3. TTFT and per-chunk delay at {cfg.rate:g} req/s (Poisson), {cfg.blocks} "
-            f"block(s) × {cfg.block_s:g} s per side (direct, router, router with --admin-port 0),"
+            f"block(s) × {cfg.block_s:g} s per side (direct, router, router without --migratable),"
             f" {cfg.ttft_tokens} tokens {cfg.ttft_interval_s * 1e3:g} ms apart",
             flush=True,
         )
@@ -1530,7 +1534,7 @@ def _report(summary: dict[str, Any]) -> None:
             "",
         ),
         (
-            "raw relay (--admin-port 0): added TTFT p50 / p99",
+            "raw relay (no --migratable): added TTFT p50 / p99",
             f"{_fmt(tt['added_ttft_ms_raw']['p50'], 3)} / "
             f"{_fmt(tt['added_ttft_ms_raw']['p99'], 3)}",
             "same arrivals, same run",

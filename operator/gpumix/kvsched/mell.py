@@ -22,6 +22,28 @@ paper. Where the paper is silent or loose, the choice is written down here and i
   evicts its smallest items until it fits.
 - An activation reuses a pod that an earlier operation of the same epoch left empty (it is still
   active until Algorithm 1's last step terminates it).
+
+**Where Fig. 10 and §VII disagree we follow §VII** (Theorem 1's properties are what Theorem 2's
+4/3 bound rests on; Fig. 10 read literally breaks property 3 on chat-like traffic, where T-GPUs
+averaged 59% full):
+
+- T-GPUs stay ≥ 3/4 (property 3): a departure refills its pod with T-items from newer T-GPUs
+  *until* ≥ 3/4, not with one T-request (`_fill_t`); Allocate T tries a non-latest T-GPU under
+  3/4 before the latest one (`_alloc_t`).
+- L/M-GPUs stay ≥ 3/4 while T-GPUs exist (property 5): a new L-GPU, a pod that just became a full
+  M-GPU, and an L/M-GPU that lost a T-request take T-items until ≥ 3/4 — also on the latest pod
+  (Depart 1's 'just remove i' is kept only for an L-request: the other repairs take from newer
+  pods, a no-op there, or are ones Theorem 1 needs on every pod).
+- S/M-GPUs keep three S / two M (properties 1–2): the refill repeats until the pod is whole and
+  takes only from pods activated after it (from an older one it would leave that one short);
+  a pod left with T-items only gives them up (`_settle`).
+- An L-GPU without S/M-request pulls one (property 4) after Update 2–3 too, not only on Depart.
+- After the epoch's operations a repair pass (`_repair`) re-runs these refills oldest pod first
+  with every class up to date: Algorithm 1 handles one request at a time while the epoch's sizes
+  are all known, so an operation can act on a class a later Update of the epoch changes.
+
+`tests/unit/kvsched/test_properties.py` checks after every epoch that only the newest pod of a
+label breaks a property, on random and on chat-like traffic.
 """
 
 from __future__ import annotations
@@ -130,11 +152,14 @@ class Mell:
         """The pod's T-items: each T-request alone, and its TINY requests grouped (by id) into
         multi-items of size (C/8, C/4] — the last group may be smaller (§VI-C)."""
         pod = self.c.pods[pid]
-        items = [[r] for r in sorted(pod.reqs) if self.cls[r] == T]
+        # Membership by current size: a TINY request that grew past C/8 (T-like → T-like is no
+        # Update) is an item of its own, so a multi-item stays within (C/8, C/4].
+        tiny = {r for r in pod.reqs if t_like(self.cls[r]) and 8 * pod.reqs[r] <= self.c.cap}
+        items = [[r] for r in sorted(pod.reqs) if t_like(self.cls[r]) and r not in tiny]
         group: list[int] = []
         total = 0
         for r in sorted(pod.reqs):
-            if self.cls[r] != TINY:
+            if r not in tiny:
                 continue
             group.append(r)
             total += pod.reqs[r]
@@ -196,8 +221,9 @@ class Mell:
     # ---------------------------------------------------------------- Fig. 10: Allocate
     def _alloc_t(self, item: list[int], avoid: Iterable[int] = ()) -> None:
         """Fig. 10 Allocate 1: an L-GPU (or full M-GPU, `_takes_t`) with room, highest priority;
-        else the most recently
-        activated T-GPU (a new one if it cannot take the item, which is then ≥ 3/4 full)."""
+        else a T-GPU below 3/4 that is not the latest (the oldest first: §VII property 3,
+        see `_fill_t`); else the most recently activated T-GPU; else a new one (the latest T-GPU
+        then cannot take an item ≤ C/4, so it is > 3/4 full)."""
         skip = set(avoid)
         size = self._size(item)
         cands = [
@@ -209,10 +235,66 @@ class Mell:
             self._assign(item, max(cands, key=self.priority))
             return
         t = self._latest([T], skip)
-        if t is not None and self.c.free(t.pid) >= size:
+        under = [
+            p
+            for p in self.c.pods.values()
+            if p.pid not in skip
+            and p.reqs
+            and (t is None or p.pid != t.pid)
+            and self.label(p.pid) == T
+            and self._short(p.pid)
+            and self.c.free(p.pid) >= size
+        ]
+        if under:
+            self._assign(item, min(under, key=lambda p: p.seq).pid)
+        elif t is not None and self.c.free(t.pid) >= size:
             self._assign(item, t.pid)
         else:
             self._assign(item, self._fresh(skip))
+
+    def _short(self, pid: int) -> bool:
+        """Under 3/4 full (Theorem 1 properties 3 and 5)."""
+        return 4 * self.c.pods[pid].used < 3 * self.c.cap
+
+    def _fill_t(self, j: int) -> None:
+        """Refill pod j with T-items until it is ≥ 3/4 full (§VII, Theorem 1 properties 3 and 5),
+        taking them from the T-GPUs activated after j, the most recent first; stops when no
+        such T-GPU has an item that fits.
+
+        Fig. 10's Depart 2 moves *one* T-request 'from the most recently activated T/M-GPU';
+        read literally that does not keep property 3: a departed T-item of size s is replaced
+        by one of any size in (C/8, C/4], so a T-GPU drifts below 3/4 and stays there. §VII's
+        proof (Theorem 2, case 1: 'all the GPUs are at least 3/4 full except a constant number
+        of latest GPUs') needs the property, so we follow §VII: j takes items until it is ≥ 3/4
+        (at most two items > C/8 when j was ≥ 3/4 before losing one ≤ C/4 — Theorem 3's two
+        migrations for a T departure). Sources are T-GPUs only, not M-GPUs: an M-GPU giving up
+        its T-item could fall under property 5's 3/4. For a T-GPU j the sources are the T-GPUs
+        newer than j, so items flow towards the oldest pods and a newer pod is the one left
+        short; an L/M-GPU j takes from any T-GPU (property 5: no L/M-GPU under 3/4 while T-GPUs
+        exist), the most recent first."""
+        pod = self.c.pods.get(j)
+        if pod is None or not pod.reqs:
+            return
+        t_pod = self.label(j) == T
+        while self._short(j):
+            srcs = sorted(
+                (
+                    p
+                    for p in self.c.pods.values()
+                    if p.pid != j
+                    and p.reqs
+                    and (p.seq > pod.seq or not t_pod)
+                    and self.label(p.pid) == T
+                ),
+                key=lambda p: -p.seq,
+            )
+            for src in srcs:
+                fit = [it for it in self._t_items(src.pid) if self._size(it) <= self.c.free(j)]
+                if fit:
+                    self._assign(max(fit, key=lambda it: (self._size(it), -min(it))), j)
+                    break
+            else:
+                return
 
     def _takes_t(self, pid: int) -> bool:
         """An L-GPU, or an M-GPU with its two M-requests (Theorem 1 property 1: 'possibly one
@@ -222,25 +304,30 @@ class Mell:
             return True
         return lab == M and sum(self.cls[r] == M for r in self.c.pods[pid].reqs) == 2
 
-    def _top_up(self, j: int, limit: int = 2) -> None:
-        """Fill a new L-GPU with up to `limit` T-items from the most recently activated T-GPU
-        (our addition to Fig. 10 Allocate 3, which only pulls an S/M-request: without it T-GPUs
-        outlive L-GPUs with room, against Theorem 1 property 5; two items as in Theorem 3's
-        count for T-requests on an L-GPU)."""
-        for _ in range(limit):
+    def _top_up(self, j: int) -> None:
+        """Fill a new L-GPU with T-items from the most recently activated T-GPUs until it is
+        ≥ 3/4 full (our addition to Fig. 10 Allocate 3, which only pulls an S/M-request: without
+        it T-GPUs outlive L-GPUs with room, against Theorem 1 property 5). j is the newest pod,
+        so every T-GPU is a source (`_fill_t` takes only from pods newer than j)."""
+        while self._short(j):
             src = self._latest([T], avoid=[j])
             if src is None:
                 return
             fit = [it for it in self._t_items(src.pid) if self._size(it) <= self.c.free(j)]
             if not fit:
                 return
-            self._assign(max(fit, key=self._size), j)
+            self._assign(max(fit, key=lambda it: (self._size(it), -min(it))), j)
 
     def _place_evicting(self, rid: int, pid: int, avoid: set[int]) -> None:
+        """Place an S/M-request on `pid`, departing and re-allocating T-items to make room (Fig. 10
+        Allocate 2). A pod that becomes a full M-GPU (two M-requests, > 2/3 full) then takes
+        T-items until ≥ 3/4 (§VII property 5, which Fig. 10 does not act on)."""
         evicted = self._make_room(pid, self._pending[rid])
         self._assign([rid], pid)
         for item in evicted:
             self._alloc_t(item, avoid | {pid})
+        if not evicted and self.label(pid) == M and self._takes_t(pid):
+            self._fill_t(pid)
 
     def _allocate(self, rid: int, avoid: Iterable[int] = ()) -> None:
         """Fig. 10 J.Allocate(i) for a pending request."""
@@ -290,21 +377,58 @@ class Mell:
             # … then fulfils j' with an S/M-request from the most recently activated S/M-GPU.
             if jp_label is not None:
                 self._refill(jp, jp_label, self.cls[r], avoid={j, *skip})
+            self._settle(jp, {j, *skip})
         self._top_up(j)
 
     def _refill(self, pid: int, pod_label: RequestClass, c: RequestClass, avoid: set[int]) -> None:
         """Move one request of class `c` from the most recently activated `pod_label`-GPU (not
-        `pid`) into `pid` if it fits (the 'fulfil j'' steps of Fig. 10)."""
-        src = self._latest([pod_label], avoid | {pid})
-        if src is None or not self.c.pods[pid].reqs:
-            return
-        fit = [
-            r for r, s in src.reqs.items() if self.cls[r] == c and self.big(pid) + s <= self.c.cap
-        ]
-        if fit:
-            r = max(fit, key=lambda r: (src.reqs[r], -r))
+        `pid`) into `pid` if it fits (the 'fulfil j'' steps of Fig. 10). Only from a pod
+        activated after `pid`: when `pid` is itself the latest of its label, filling it from an
+        older pod would leave that one short (Theorem 1 properties 1–2 exempt only the latest)."""
+        # One request per Fig. 10; we repeat while `pid` is short of its two M- or three
+        # S-requests (properties 1–2) — it can be short by more than one when an earlier
+        # operation of the same epoch took a request from it.
+        want = 2 if c == M else 3
+        pod = self.c.pods[pid]
+        # When the latest such pod has nothing that fits (sizes near a class boundary), the next
+        # most recent one is tried.
+        while pod.reqs and sum(self.cls[r] == c for r in pod.reqs) < want:
+            srcs = sorted(
+                (
+                    q
+                    for q in self.c.pods.values()
+                    if q.pid != pid and q.pid not in avoid and q.reqs and q.seq > pod.seq
+                    and self.label(q.pid) == pod_label
+                ),
+                key=lambda q: -q.seq,
+            )  # fmt: skip
+            found = None
+            for src in srcs:
+                fit = [
+                    r
+                    for r, s in src.reqs.items()
+                    if self.cls[r] == c and self.big(pid) + s <= self.c.cap
+                ]
+                if fit:
+                    found = src, max(fit, key=lambda r: (src.reqs[r], -r))
+                    break
+            if found is None:
+                return
+            src, r = found
             self._lift([r])
             self._place_evicting(r, pid, avoid)
+            self._settle(src.pid, avoid | {pid})
+
+    def _settle(self, pid: int, avoid: set[int]) -> None:
+        """A pod left with T-items only after giving up its S/M-request is not a T-GPU that
+        Allocate filled: its T-items are re-allocated (Fig. 10 Depart 3: 'Re-allocate any
+        T-request that may exist in j'), so a short T-GPU does not appear beside the latest."""
+        pod = self.c.pods.get(pid)
+        if pod is not None and pod.reqs and all(t_like(self.cls[r]) for r in pod.reqs):
+            items = sorted(self._t_items(pid), key=self._size, reverse=True)
+            self._lift([r for it in items for r in it])
+            for it in items:
+                self._alloc_t(it, avoid | {pid})
 
     # ---------------------------------------------------------------- Fig. 10: Depart
     def _depart(self, rid: int, *, completed: bool) -> None:
@@ -318,17 +442,18 @@ class Mell:
             self.cls.pop(rid)
         else:
             self._lift([rid])
-        # 1: j is the most recently activated GPU: just remove i.
-        if latest is not None and latest.pid == j:
+        # 1: j is the most recently activated GPU: just remove i. We keep this shortcut for an
+        # L-request only: every other repair below takes from pods newer than j (a no-op on
+        # the latest pod) or is one that Theorem 1 needs on any pod — an L/M-GPU refilled with
+        # T-items (property 5) and an L-GPU given an S/M-request (property 4); skipped on the
+        # latest pod, such a pod stays short once a newer one of its label is activated.
+        if c0 == L and latest is not None and latest.pid == j:
             return
         if t_like(c0):
-            # 2: a T-GPU takes a T-request from the most recently activated T/M-GPU; any other
-            # GPU one from the most recently activated T-GPU, if it fits.
-            src = self._latest([T, M] if lab == T else [T], avoid=[j])
-            if src is not None:
-                fit = [it for it in self._t_items(src.pid) if self._size(it) <= self.c.free(j)]
-                if fit:
-                    self._assign(max(fit, key=self._size), j)
+            # 2: j takes T-requests from the most recently activated T-GPUs — until it is
+            # ≥ 3/4 full, as §VII's properties 3 and 5 need (see `_fill_t` for where this
+            # departs from Fig. 10's single T-request).
+            self._fill_t(j)
             return
         if sm_like(c0):
             if lab in (S, M):
@@ -341,26 +466,34 @@ class Mell:
                     self._realloc_all(j)
                 return
             if lab == L:
-                # 3: an L-GPU takes the S/M-request of the S/M-GPU j' with the highest priority
-                # for j, then j' is refilled from the latest S/M-GPU.
-                found: list[tuple[tuple[float, int], int, int]] = []
-                for p in self.c.pods.values():
-                    if p.pid == j or self.label(p.pid) not in (S, M):
-                        continue
-                    for r, s in p.reqs.items():
-                        if sm_like(self.cls[r]) and self.big(j) + s <= self.c.cap:
-                            found.append((self.priority(p.pid, ref=j), s, -r))
-                if found:
-                    r = -max(found)[2]
-                    jp = self.c.where[r]
-                    jp_label = self.label(jp)
-                    self._lift([r])
-                    self._place_evicting(r, j, set())
-                    if jp_label is not None:
-                        self._refill(jp, jp_label, self.cls[r], avoid={j})
+                self._pull_sm(j)
             return
         # 4: an L-request departs: depart and re-allocate all other requests in j.
         self._realloc_all(j)
+
+    def _pull_sm(self, j: int) -> None:
+        """Fig. 10 Depart 3 for an L-GPU j: j takes the S/M-request of the S/M-GPU j' with the
+        highest priority for j, then j' is refilled from the latest S/M-GPU. Also run after an
+        L-GPU loses its S/M-request to growth (Update 2–3), which Fig. 10 leaves out and
+        property 4 needs ('an L-GPU processes no S/M-request only if none fits')."""
+        if self.has_sm(j):
+            return
+        found: list[tuple[tuple[float, int], int, int]] = []
+        for p in self.c.pods.values():
+            if p.pid == j or self.label(p.pid) not in (S, M):
+                continue
+            for r, s in p.reqs.items():
+                if sm_like(self.cls[r]) and self.big(j) + s <= self.c.cap:
+                    found.append((self.priority(p.pid, ref=j), s, -r))
+        if found:
+            r = -max(found)[2]
+            jp = self.c.where[r]
+            jp_label = self.label(jp)
+            self._lift([r])
+            self._place_evicting(r, j, set())
+            if jp_label is not None:
+                self._refill(jp, jp_label, self.cls[r], avoid={j})
+            self._settle(jp, {j})
 
     def _realloc_all(self, j: int) -> None:
         """Depart every request on j and re-allocate it elsewhere (largest first; multi-items
@@ -395,16 +528,25 @@ class Mell:
                 self._allocate(rid)
                 return
         self.cls[rid] = max(c0, c1)
-        self._relieve(j)
+        self._relieve(j, keep=rid)
+        if self.c.pods[j].reqs and self.label(j) == L:
+            # j is an L-GPU that may have lost its other requests to growth, or just became one
+            # (M → L): give it an S/M-request and T-items as a departure would (§VII
+            # properties 4 and 5; Fig. 10 stops after the re-allocation).
+            self._pull_sm(j)
+            self._fill_t(j)
 
-    def _relieve(self, j: int) -> None:
+    def _relieve(self, j: int, keep: int | None = None) -> bool:
         """Fig. 10 Update 2–3: 'if overload occurs after growth, depart and re-allocate all other
-        requests in j' (for an L-GPU). A non-L pod evicts its smallest items until it fits."""
+        requests in j' (for an L-GPU: all but `keep`, the request that grew, else its largest).
+        A non-L pod evicts its smallest items until it fits. Whether j was overloaded."""
         pod = self.c.pods[j]
         if pod.used <= self.c.cap:
-            return
+            return False
         if self.label(j) == L:
-            top = max(pod.reqs, key=lambda r: (pod.reqs[r], -r))
+            top = keep
+            if top is None or top not in pod.reqs or self.cls[top] != L:
+                top = max(pod.reqs, key=lambda r: (pod.reqs[r], -r))
             singles = sorted(
                 (r for r in pod.reqs if r != top and not t_like(self.cls[r])),
                 key=lambda r: (-pod.reqs[r], r),
@@ -415,7 +557,17 @@ class Mell:
                 self._allocate(r, avoid={j})
             for it in items:
                 self._alloc_t(it, avoid={j})
-            return
+            return True
+        # Members that outgrew their class are updated first (they depart and are re-allocated
+        # anyway, Update 1); evicting an S- or M-request that kept its class would leave this
+        # S/M-GPU short of properties 1–2.
+        for r in sorted(pod.reqs, key=lambda r: (-pod.reqs[r], r)):
+            if pod.used <= self.c.cap:
+                return True
+            if r in pod.reqs and self._outgrew(r):
+                self._update(r)
+        if pod.used <= self.c.cap:
+            return True
         items = sorted(self._t_items(j), key=self._size)
         items += [[r] for r in sorted(pod.reqs, key=lambda r: (pod.reqs[r], r))
                   if not t_like(self.cls[r])]  # fmt: skip
@@ -427,6 +579,7 @@ class Mell:
                 self._allocate(it[0], avoid={j})
             else:
                 self._alloc_t(it, avoid={j})
+        return True
 
     # ---------------------------------------------------------------- operations (counted)
     def _op(self, kind: str, rid: int) -> None:
@@ -458,10 +611,42 @@ class Mell:
         if self._needs_update(rid):
             self._op("update", rid)
 
-    def _needs_update(self, rid: int) -> bool:
+    def _outgrew(self, rid: int) -> bool:
+        """Its KV crossed into a larger category (T-like → T-like is no change, §VI-C)."""
         c0, c1 = self.cls[rid], self.klass(self.c.size[rid])
-        changed = c1 > c0 and not (t_like(c0) and t_like(c1))
-        return changed or self.c.pods[self.c.where[rid]].used > self.c.cap
+        return c1 > c0 and not (t_like(c0) and t_like(c1))
+
+    def _needs_update(self, rid: int) -> bool:
+        return self._outgrew(rid) or self.c.pods[self.c.where[rid]].used > self.c.cap
+
+    def _repair(self) -> None:
+        """Restore Theorem 1 on every pod but the latest of each label, oldest pod first, once
+        the epoch's operations are done (counted as one operation per pod repaired).
+
+        Algorithm 1 runs the operations one request at a time while every size of the epoch is
+        already known, so an operation can act on a class that a later Update of the same
+        epoch changes (two S-requests that are M by now do not fit beside a third; an M-GPU
+        refilled with a request that is L by now). §VII claims the properties after every
+        operation; this pass re-runs the Depart repairs of Fig. 10 with the classes up to date:
+        S/M-GPUs are refilled from newer S/M-GPUs, L-GPUs take an S/M-request, and T-, L- and
+        M-GPUs take T-items until ≥ 3/4 (`_fill_t`). Sources are newer pods, so a pod that gives
+        is repaired in its turn and what stays short is the newest pod of a label."""
+        for pod in sorted(self.c.pods.values(), key=lambda p: p.seq):
+            if not pod.reqs or pod.pid not in self.c.pods:
+                continue
+            before = len(self._log)
+            lab = self.label(pod.pid)
+            if lab in (S, M):
+                self._refill(pod.pid, lab, lab, avoid=set())
+                self._settle(pod.pid, set())
+            elif lab == L:
+                self._pull_sm(pod.pid)
+            if pod.reqs and self.label(pod.pid) in (T, L, M):
+                self._fill_t(pod.pid)
+            if len(self._log) > before:
+                units = len({m.unit for m in self._log[before:]})
+                self.op_units.append(("repair", pod.pid, units))
+        assert not self._pending, f"requests left unplaced: {sorted(self._pending)}"
 
     # ---------------------------------------------------------------- Algorithm 1 + §VI-C
     def epoch(
@@ -509,6 +694,7 @@ class Mell:
                 elif rid in self.c.where and self._needs_update(rid):
                     self._op("update", rid)
         assert not self._pending, f"requests left unplaced: {sorted(self._pending)}"
+        self._repair()
         if self.batching:
             last: dict[int, Move] = {m.rid: m for m in self._log}
             moves = [

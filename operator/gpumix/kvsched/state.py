@@ -81,14 +81,16 @@ class Pod:
 @dataclass
 class EpochResult:
     """What an epoch decided: where each arrival went, the migrations (net, in execution order),
-    pods activated (first used) and released (terminated), and requests preempted (baselines
-    without migration: their KV is dropped and they are re-placed, paying a re-prefill)."""
+    pods activated (first used) and released (terminated), requests preempted (the baselines:
+    their KV is dropped and they wait in their own pod's queue, vLLM's recompute preemption) and
+    requests resumed from such a queue (they re-prefill on that pod)."""
 
     placed: dict[int, int] = field(default_factory=dict)
     moves: list[Move] = field(default_factory=list)
     activated: list[int] = field(default_factory=list)
     released: list[int] = field(default_factory=list)
     preempted: list[int] = field(default_factory=list)
+    resumed: list[int] = field(default_factory=list)
 
 
 class Cluster:

@@ -54,10 +54,20 @@ def _resources() -> dict[str, Any]:
     return {"limits": {"memory": "512Mi"}, "requests": {"cpu": "100m", "memory": "128Mi"}}
 
 
+def migratable(spec: LLMServiceSpec) -> bool:
+    """Whether the KV loop moves this service's streams through its router (``kvMigration``
+    on, ``via: Router``): only then does the router relay streams so that they can move."""
+    kv = spec.kv_migration
+    return kv.enabled and kv.via == "Router" and spec.routing.mode == "Router"
+
+
 def router_command(owner: Owner, spec: LLMServiceSpec) -> list[str]:
     """``gpumix route`` for this service, in its namespace, on the engines' port; the endpoint
-    picker in routing mode InferencePool."""
+    picker in routing mode InferencePool; ``--migratable`` when the KV loop moves streams
+    through it (turning that on or off rolls the routers: streams in flight finish on the old
+    ones, as on any rollout)."""
     picker = picker_flags() if spec.routing.mode == PICKER_MODE else []
+    migrate = ["--migratable"] if migratable(spec) else []
     return [
         "gpumix",
         "route",
@@ -72,6 +82,7 @@ def router_command(owner: Owner, spec: LLMServiceSpec) -> list[str]:
         "--log-format",
         "json",
         *picker,
+        *migrate,
     ]
 
 

@@ -29,7 +29,8 @@ from gpumix.route.watch import start_watches
 log = logging.getLogger("gpumix.route")
 
 ADMIN_PORT = 8001
-"""The router's admin API (what the KV loop migrates through), apart from the served port."""
+"""The router's admin API (what the KV loop reads and, with ``--migratable``, migrates through),
+apart from the served port."""
 BACKLOG = 2048
 """Pending connections the kernel queues for the router (aiohttp's default is 128)."""
 
@@ -89,8 +90,16 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         "--admin-port",
         type=tcp_port,
         default=ADMIN_PORT,
-        help=f"port of the admin API the KV loop migrates through (/admin/inflight, "
-        f"/admin/migrate; default {ADMIN_PORT}; 0: none, and streams are relayed as they come)",
+        help=f"port of the admin API the KV loop reads and migrates through (/admin/inflight, "
+        f"/admin/migrate; default {ADMIN_PORT}; 0: none)",
+    )
+    route.add_argument(
+        "--migratable",
+        action="store_true",
+        help="relay streams so that /admin/migrate can move them to another pod (the "
+        "operator sets it when kvMigration goes through the router): each event of a stream "
+        "that can be continued exactly is read for its token IDs. Without it streams are "
+        "relayed as they come and every move is refused (migration-off)",
     )
     route.add_argument(
         "--ext-proc-port",
@@ -118,6 +127,8 @@ def run_router(args: argparse.Namespace) -> int:
         _fail("give either --service or --routing-file (with --engine)")
     if static and not args.engine:
         _fail("--routing-file needs at least one --engine POOL=URL")
+    if args.migratable and (args.admin_port == 0 or args.ext_proc_port is not None):
+        _fail("--migratable needs the admin API (an --admin-port, no --ext-proc-port)")
     kopf.configure(
         verbose=False,
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,
@@ -126,7 +137,7 @@ def run_router(args: argparse.Namespace) -> int:
     proxy = (
         Picker(max_inflight=args.max_inflight_per_pod)
         if args.ext_proc_port is not None
-        else Proxy(max_inflight=args.max_inflight_per_pod, migration=args.admin_port != 0)
+        else Proxy(max_inflight=args.max_inflight_per_pod, migration=args.migratable)
     )
     if static:
         table = _static_table(args.routing_file)

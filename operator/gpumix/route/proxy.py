@@ -10,10 +10,13 @@ server does. A client that disconnects cancels its handler, which closes the eng
 vLLM aborts a request whose connection closes. When every pod of the planned pool holds its
 in-flight limit, the router answers 429 rather than queue where the plan has no room.
 
-Streams that can be continued exactly (:func:`gpumix.route.continuation.refusal`) are relayed
-by a :class:`~gpumix.route.relay.Relay`, which can move them to another pod mid-answer; the
-admin app (its own port, not behind the Service) lists what is in flight per pod and takes
-moves: the MELL KV loop's way to migrate on stock vLLM (issue #16).
+With ``migration`` on (``gpumix route --migratable``: the service's ``kvMigration`` goes through
+the router), streams that can be continued exactly (:func:`gpumix.route.continuation.refusal`)
+are relayed by a :class:`~gpumix.route.relay.Relay`, which can move them to another pod
+mid-answer; off, every stream is relayed as it comes (no event is parsed). The admin app (its
+own port, not behind the Service) lists what is in flight per pod, either way, and takes moves:
+the MELL KV loop's way to migrate on stock vLLM (issue #16); without migration it refuses every
+move (reason ``migration-off``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from gpumix.route.body import error_body, max_tokens_of, prompt_tokens_given
-from gpumix.route.continuation import Progress, refusal, with_token_ids
+from gpumix.route.continuation import Progress, refusal, request_with_token_ids
 from gpumix.route.core import Decision, PoolFullError, RoutingCore
 from gpumix.route.engines import Engines
 from gpumix.route.predict import histogram_prior
@@ -178,7 +181,7 @@ class Proxy:
         self,
         *,
         max_inflight: int | None = None,
-        migration: bool = True,
+        migration: bool = False,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.max_inflight = max_inflight
@@ -390,7 +393,7 @@ class Proxy:
                 client_ids=bool(body.get("return_token_ids")),
                 include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
             )
-            raw = json.dumps(with_token_ids(body)).encode()
+            raw = request_with_token_ids(raw, body)
         else:
             self.unmovable[rid] = why
         try:

@@ -1,9 +1,13 @@
 """A streamed answer the router can move to another pod while it streams (issue #16).
 
-One :class:`Relay` per migratable stream. Each leg (the first pod, then each pod it moved to) has
-a reader task that puts the engine's chunks on one queue; the relay takes them off, frames SSE
-events, learns the token IDs (:mod:`gpumix.route.continuation`) and writes the client's events.
-A move request arrives on the same queue, so it is handled between two events, never inside one.
+One :class:`Relay` per migratable stream. Each leg (the first pod, then each pod it moved to) is
+read by one task, which handles every chunk as it arrives: frames SSE events, learns the token
+IDs (:mod:`gpumix.route.continuation`) and writes the client's events. The first leg's task is
+the request handler's own, so a stream that never moves costs no task and no queue; its events
+are edited as bytes (:func:`~gpumix.route.continuation.first_leg_event`), parsed in full only
+when they carry something to rewrite. A move request is taken between two events, never inside
+one: the event loop runs one task at a time, and a chunk's events are learnt before they are
+written.
 
 A move is make-before-break. The continuation goes to B while A keeps streaming; A's events are
 held back from the client from that moment, since B regenerates them. B's first event commits the
@@ -12,8 +16,8 @@ dropped, and B's events follow under the client's id. If B fails before its firs
 events are released and A carries on; if A finishes first, B is closed and A's end is released;
 if A fails, B carries on. The client sees one stream whose only trace of the move is a gap (the
 *blackout*: from the last event before the move to B's first, about B's prefill of prompt +
-generated tokens). The readers do not wait for the client: chunks queue in memory, a few hundred
-bytes per token, bounded by the answer's length.
+generated tokens). A leg is read as fast as the client takes its events (held events excepted:
+a few hundred bytes per token of the move's prefill).
 """
 
 from __future__ import annotations
@@ -31,11 +35,11 @@ from gpumix.route.continuation import (
     Progress,
     continuation_body,
     encode,
+    first_leg_event,
     for_client,
     observe,
     parse_event,
     spans_stop,
-    stop_strings,
 )
 from gpumix.route.core import RoutingCore
 
@@ -81,31 +85,38 @@ class Leg:
     pool: str
     upstream: aiohttp.ClientResponse | None = None
     reader: asyncio.Task[None] | None = None
+    """The task that follows a continuation (the first leg is followed by the handler's)."""
     tail: bytes = b""
     sent: float = field(default_factory=time.perf_counter)
 
     def frame(self, chunk: bytes) -> list[bytes]:
         """Complete SSE events (with their blank line) in ``tail + chunk``; keeps the rest."""
-        data = self.tail + chunk
+        data = self.tail + chunk if self.tail else chunk
         cut = data.rfind(b"\n\n")
         if cut < 0:
             self.tail = data
             return []
         self.tail = data[cut + 2 :]
+        if cut + 2 == len(data) and data.find(b"\n\n") == cut:
+            return [data] if data.strip() else []  # one event, the common chunk
         return [e + b"\n\n" for e in data[:cut].split(b"\n\n") if e.strip()]
 
     def close(self) -> None:
-        if self.reader is not None:
+        if self.reader is not None and self.reader is not asyncio.current_task():
             self.reader.cancel()
         if self.upstream is not None:
-            self.upstream.close()  # the engine sees the connection close and aborts
-
-
-Item = tuple[Leg | None, str, Any]
+            # Read to its end, the connection is back in the pool already; else the engine sees
+            # it close and aborts.
+            self.upstream.close()
 
 
 class Relay:
-    """The client side of one streamed answer and the legs that produce it."""
+    """The client side of one streamed answer and the legs that produce it.
+
+    Each leg's chunks are handled by the task that reads them, as they arrive: the first leg's
+    by the request handler (:meth:`run`), a continuation's by a task of its own. The event loop
+    runs one at a time and a chunk's events are learnt from before its write, so a move begins
+    between two events; only the current leg writes, and a leg left behind stops reading."""
 
     def __init__(
         self,
@@ -120,13 +131,14 @@ class Relay:
     ) -> None:
         self.rid, self.progress, self.response = rid, progress, response
         self.core, self.session, self.urls, self.headers = core, session, urls, headers
-        self.queue: asyncio.Queue[Item] = asyncio.Queue()
         self.first: Leg | None = None
         self.current: Leg | None = None
         self.target: Leg | None = None
         self.pending: asyncio.Future[MoveResult] | None = None
         self.held: list[bytes] = []
         self.done = False
+        self.over: asyncio.Future[None] | None = None
+        """Set when nothing streams any more (the answer ended, or every leg failed)."""
         self.last_write = time.perf_counter()
         self.move = ("", "")
         """(source, target) pods of the move under way."""
@@ -136,105 +148,28 @@ class Relay:
     async def run(self, first_leg: Leg, first: bytes) -> bool:
         """Relay until the answer ends; True when it ended with ``[DONE]``."""
         self.first = self.current = first_leg
-        self._read(first_leg, first=first)
+        self.over = asyncio.get_running_loop().create_future()
         try:
-            while not self.done:
-                leg, kind, payload = await self.queue.get()
-                if kind == "move":
-                    self._begin(*payload)
-                    continue
-                if leg is self.current:
-                    going = await self._from_current(leg, kind, payload)
-                elif leg is not None and leg is self.target:
-                    going = await self._from_target(leg, kind, payload)
-                else:
-                    continue  # a leg already left behind
-                if not going:
-                    break
+            await self._follow(first_leg, first)
+            if not self.over.done():
+                await self.over  # a continuation streams on
             return self.done
         finally:
+            self._stop()
             for leg in (self.current, self.target):
                 if leg is not None:
                     leg.close()
             self._settle("finished", "the answer ended")
 
-    async def _from_current(self, leg: Leg, kind: str, payload: Any) -> bool:
-        """Handle an item of the current leg; False when the stream has nothing more to give."""
-        if kind == "data":
-            events = leg.frame(payload)
-            if self.target is not None:
-                self.held += events  # the target regenerates these
-            else:
-                await self._write(events, leg)
-            return True
-        if self.target is None:
-            return False  # ended or failed with no move under way
-        if kind == "error":
-            self.held.clear()  # the target carries on from where the move began
-            self.current = None
-            return True
-        # Finished while the target prefilled: the target is not needed.
-        target = self.target
-        self.target = None
-        target.close()
-        self._settle("finished", "the answer ended during the move")
-        held, self.held = self.held, []
-        await self._write(held, leg)
-        return False
+    def _stop(self) -> None:
+        if self.over is not None and not self.over.done():
+            self.over.set_result(None)
 
-    async def _from_target(self, leg: Leg, kind: str, payload: Any) -> bool:
-        """Handle an item of the move's target; False when nothing streams any more."""
-        if kind == "data":
-            source = self.current
-            if source is not None:
-                source.close()
-            self.held.clear()
-            self.current, self.target = leg, None
-            self.progress.prior = len(self.progress.generated_ids)
-            self.core.ledger.move(self.rid, leg.pod, leg.pool)
-            prefill = time.perf_counter() - leg.sent
-            gap = time.perf_counter() - self.last_write
-            await self._write(leg.frame(payload), leg)
-            self._settle("migrated", None, blackout=gap, prefill=prefill)
-            return True
-        # The target failed before its first event: back to the source, if it still streams.
-        self.target = None
-        leg.close()
-        self._settle("failed", str(payload))
-        held, self.held = self.held, []
-        if self.current is None:
-            return False
-        await self._write(held, self.current)
-        return True
-
-    async def _write(self, events: list[bytes], leg: Leg) -> None:
-        first_leg = leg is self.first
-        out: list[bytes] = []
-        for event in events:
-            if event.startswith(DONE):
-                self.done = True
-                out.append(event)
-                continue
-            obj = parse_event(event)
-            if obj is None or ("choices" not in obj and "usage" not in obj):
-                out.append(event)  # an error event, a comment: as the engine wrote it
-                continue
-            observe(self.progress, obj, first_leg)
-            shown = for_client(self.progress, obj, first_leg)
-            if shown is not None:
-                out.append(encode(shown))
-        if out:
-            await self.response.write(b"".join(out))
-            self.last_write = time.perf_counter()
-        self.core.progress(self.rid, len(self.progress.generated_ids))
-
-    # ---- legs ------------------------------------------------------------------------------
-
-    def _read(self, leg: Leg, *, first: bytes = b"", body: dict[str, Any] | None = None) -> None:
-        leg.reader = asyncio.create_task(self._pump(leg, first, body))
-
-    async def _pump(self, leg: Leg, first: bytes, body: dict[str, Any] | None) -> None:
-        """Put the leg's chunks on the queue (after sending ``body``, for a continuation)."""
+    async def _follow(
+        self, leg: Leg, first: bytes = b"", body: dict[str, Any] | None = None
+    ) -> None:
+        """Read one leg to its end (after sending ``body``, for a continuation), handling each
+        chunk as it comes, until the leg is left behind."""
         try:
             if body is not None:
                 url = self.urls[leg.pod] + "/v1/completions"
@@ -242,13 +177,105 @@ class Relay:
                 if leg.upstream.status != 200:
                     raise _LegFailedError(f"http-{leg.upstream.status}")
             assert leg.upstream is not None
-            if first:
-                self.queue.put_nowait((leg, "data", first))
+            if first and not await self._data(leg, first):
+                return
             async for chunk in leg.upstream.content.iter_any():
-                self.queue.put_nowait((leg, "data", chunk))
-            self.queue.put_nowait((leg, "end", None))
+                if not await self._data(leg, chunk):
+                    return
+            await self._end(leg, None)
         except (TimeoutError, aiohttp.ClientError, _LegFailedError) as err:
-            self.queue.put_nowait((leg, "error", str(err) or type(err).__name__))
+            await self._end(leg, str(err) or type(err).__name__)
+
+    async def _continue(self, leg: Leg, body: dict[str, Any]) -> None:
+        """A continuation's task: a write to the client that fails ends the handler with it."""
+        try:
+            await self._follow(leg, body=body)
+        except Exception as err:
+            if self.over is not None and not self.over.done():
+                self.over.set_exception(err)
+
+    async def _data(self, leg: Leg, chunk: bytes) -> bool:
+        """Handle a chunk of ``leg``; False when the leg has been left behind."""
+        if leg is self.current:
+            events = leg.frame(chunk)
+            if self.target is not None:
+                self.held += events  # the target regenerates these
+            else:
+                await self._write(events, leg)
+            return True
+        if leg is not self.target:
+            return False
+        # The target's first event commits the move.
+        source = self.current
+        if source is not None:
+            source.close()
+        self.held.clear()
+        self.current, self.target = leg, None
+        self.progress.prior = len(self.progress.generated_ids)
+        self.core.ledger.move(self.rid, leg.pod, leg.pool)
+        prefill = time.perf_counter() - leg.sent
+        gap = time.perf_counter() - self.last_write
+        await self._write(leg.frame(chunk), leg)
+        self._settle("migrated", None, blackout=gap, prefill=prefill)
+        return True
+
+    async def _end(self, leg: Leg, error: str | None) -> None:
+        """``leg`` ended (``error``: failed); whatever streams carries on."""
+        if leg is self.current:
+            if self.target is None:
+                self._stop()  # ended or failed with no move under way
+                return
+            if error is not None:
+                self.held.clear()  # the target carries on from where the move began
+                self.current = None
+                return
+            # Finished while the target prefilled: the target is not needed.
+            target = self.target
+            self.target = None
+            target.close()
+            self._settle("finished", "the answer ended during the move")
+            held, self.held = self.held, []
+            await self._write(held, leg)
+            self._stop()
+            return
+        if leg is not self.target:
+            return  # a leg already left behind
+        # The target failed before its first event: back to the source, if it still streams.
+        self.target = None
+        leg.close()
+        self._settle("failed", error or "ended before its first event")
+        held, self.held = self.held, []
+        if self.current is None:
+            self._stop()
+            return
+        await self._write(held, self.current)
+
+    async def _write(self, events: list[bytes], leg: Leg) -> None:
+        p = self.progress
+        first_leg = leg is self.first
+        out: list[bytes] = []
+        for event in events:
+            if event.startswith(DONE):
+                self.done = True
+                out.append(event)
+                continue
+            if first_leg and p.head:
+                shown = first_leg_event(p, event)
+                if shown is not None:
+                    out.append(shown)
+                    continue
+            obj = parse_event(event)
+            if obj is None or ("choices" not in obj and "usage" not in obj):
+                out.append(event)  # an error event, a comment: as the engine wrote it
+                continue
+            observe(p, obj, first_leg)
+            client = for_client(p, obj, first_leg)
+            if client is not None:
+                out.append(encode(client))
+        if out:
+            await self.response.write(b"".join(out))
+            self.last_write = time.perf_counter()
+        self.core.progress(self.rid, len(p.generated_ids))
 
     # ---- moves -----------------------------------------------------------------------------
 
@@ -267,26 +294,26 @@ class Relay:
             return "no-token-ids"
         if p.remaining() <= 0:
             return "finishing"
-        if spans_stop(p.text, stop_strings(p.body)):
+        if spans_stop(p.text, p.stops):
             return "stop-string-boundary"
         return None
 
     def request_move(self, pod: str, pool: str) -> asyncio.Future[MoveResult]:
+        """Begin moving the stream to ``pod``: the continuation goes out now (between two
+        events: nothing of the stream is handled meanwhile); the future is the move's outcome."""
         future: asyncio.Future[MoveResult] = asyncio.get_running_loop().create_future()
-        self.queue.put_nowait((None, "move", (pod, pool, future)))
-        return future
-
-    def _begin(self, pod: str, pool: str, future: asyncio.Future[MoveResult]) -> None:
         source = self.current.pod if self.current is not None else ""
         reason = self.refusal(pod)
         if reason is not None:
             future.set_result(MoveResult("refused", source, pod, reason))
-            return
+            return future
         self.pending = future
         self.move = (source, pod)
-        self.target = Leg(pod=pod, pool=pool)
-        self._read(self.target, body=continuation_body(self.progress))
+        target = self.target = Leg(pod=pod, pool=pool)
+        body = continuation_body(self.progress)
+        target.reader = asyncio.create_task(self._continue(target, body))
         log.info("migrating", extra={"request": self.rid, "from": source, "to": pod})
+        return future
 
     def _settle(
         self,

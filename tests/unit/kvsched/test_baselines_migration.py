@@ -28,25 +28,43 @@ def test_best_fit_and_worst_fit_choose_the_tightest_and_the_emptiest_pod() -> No
         assert s.c.where[3] == expect, name
 
 
-def test_fit_baselines_preempt_on_overflow_and_release_empty_pods() -> None:
+def test_fit_baselines_preempt_on_overflow_into_the_pods_own_queue() -> None:
+    """vLLM's recompute preemption: the most recently admitted request loses its KV and waits on
+    its own pod (BF and WF never move a request); it resumes there once the pod has room."""
     s = make_baseline("BF", C)
     s.epoch({1: 500, 2: 400}, [], {})
     res = s.epoch({}, [], {1: 650, 2: 400})
     assert res.preempted == [2] and not s.c.overloaded()
-    res = s.epoch({}, [1, 2], {})
+    assert s.queue == {0: {2: 400}} and s.c.where == {1: 0}
+    res = s.epoch({3: 300}, [], {1: 660})  # 340 free, but the queue holds 400: a new pod
+    assert res.placed == {3: 1} and not res.moves
+    res = s.epoch({}, [1], {2: 410})
+    assert res.resumed == [2] and s.c.where[2] == 0 and not s.queue
+    res = s.epoch({}, [2, 3], {})
     assert sorted(res.released) == [0, 1] and not s.c.pods
 
 
 def test_lb_pairs_the_queued_pod_with_the_freest_and_moves_its_shortest_request() -> None:
-    lb = LoadBalancer(C, rounds_per_epoch=1)
+    lb = LoadBalancer(C, ticks_per_epoch=1)
     lb.epoch({1: 800}, [], {})  # pod 0
     lb.epoch({2: 450}, [], {})  # pod 1 (pod 0 has 200 free)
     lb.epoch({3: 50}, [], {})  # freest pod: 1
-    # 700 fits nowhere; it queues on the freest pod (1), whose freeness drops to -4.7 ≤ -3:
-    # the pair (1 → 0) moves pod 1's shortest request; still no room → a pod is activated.
+    # 700 fits nowhere; it queues on the freest pod (1), whose load rises above −3: the pair
+    # (1 → 0) moves pod 1's shortest request; still no room → a pod is activated.
     res = lb.epoch({4: 700}, [], {})
     assert [(m.rid, m.src, m.dst) for m in res.moves] == [(3, 1, 0)]
     assert lb.c.where[4] == 2
+
+
+def test_lb_migrates_from_a_nearly_full_pod_to_an_emptier_one() -> None:
+    """Llumnix's threshold: a pod with fewer than 3 free blocks (of 16 tokens) per running
+    request is a source; a pod that keeps more than 3 per request after the move takes one."""
+    lb = LoadBalancer(C)
+    lb.epoch({1: 400, 2: 300, 3: 250}, [], {})  # pod 0: 950
+    lb.epoch({4: 300}, [], {})  # fits nowhere → pod 1
+    res = lb.epoch({}, [], {1: 410})  # pod 0: 960 of 1000, 2 free blocks for 3 requests
+    assert [(m.rid, m.src, m.dst) for m in res.moves] == [(3, 0, 1)]
+    assert not lb.c.overloaded()
 
 
 def test_lb_without_pressure_does_not_migrate() -> None:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from kubernetes.client import ApiClient
 from render_helpers import NAMES, ROUTER_IMAGE, Inputs
 
-from gpumix.api import LLMServiceSpec, Routing
+from gpumix.api import KvMigration, LLMServiceSpec, Routing
 from gpumix.cli import build_parser
 from gpumix.install import RULES
 from gpumix.render import (
@@ -168,6 +168,26 @@ def test_router_runs_gpumix_route_as_its_parser_expects(inputs: Inputs) -> None:
     assert container["ports"] == [{"containerPort": 8000, "name": "http", "protocol": "TCP"}]
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+
+
+@pytest.mark.parametrize(
+    ("kv", "migratable"),
+    [
+        (None, False),
+        (KvMigration(enabled=False), False),
+        (KvMigration(enabled=True), True),  # via Router, the default
+        (KvMigration(enabled=True, via="Router", interval_seconds=5), True),
+        (KvMigration(enabled=True, via="Engine"), False),
+    ],
+)
+def test_the_router_relays_streams_movably_only_when_the_kv_loop_moves_them_through_it(
+    inputs: Inputs, kv: KvMigration | None, migratable: bool
+) -> None:
+    spec = inputs.spec if kv is None else inputs.spec.model_copy(update={"kv_migration": kv})
+    (container,) = _pod(render_router(inputs.owner, spec, ROUTER_IMAGE))["containers"]
+    args = build_parser().parse_args(container["command"][1:])
+    assert args.migratable is migratable
+    assert args.admin_port == 8001  # the KV loop reads the ledger either way
 
 
 @pytest.mark.parametrize("replicas", [1, 2, 5])

@@ -3,6 +3,7 @@ exactly, and how."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -10,8 +11,12 @@ import pytest
 from gpumix.route.continuation import (
     Progress,
     continuation_body,
+    first_leg_event,
     for_client,
+    observe,
+    parse_event,
     refusal,
+    request_with_token_ids,
     spans_stop,
     with_token_ids,
 )
@@ -115,3 +120,108 @@ def test_a_chat_continuation_is_shown_as_chat_deltas_under_the_clients_id() -> N
         "choices": [{"index": 0, "delta": {"content": " w9"}, "logprobs": None,
                      "finish_reason": None}],
     }  # fmt: skip
+
+
+def _completion(k: int, text: str, ids: list[int], **more: Any) -> dict[str, Any]:
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None,
+              "stop_reason": None, "token_ids": ids, "prompt_token_ids": None}  # fmt: skip
+    choice.update(more)
+    return {"id": "cmpl-a", "object": "text_completion", "created": 1, "model": "m",
+            "choices": [choice], "usage": None}  # fmt: skip
+
+
+def _chat(k: int, text: str, ids: list[int], **more: Any) -> dict[str, Any]:
+    choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None,
+              "token_ids": ids}  # fmt: skip
+    choice.update(more)
+    return {"id": "chatcmpl-a", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [choice], "usage": None, "prompt_token_ids": None}  # fmt: skip
+
+
+def _answer(chat: bool) -> list[dict[str, Any]]:
+    """A vLLM stream with ``return_token_ids`` and usage: first chunk with the prompt's IDs, text
+    that JSON escapes, several IDs in one chunk, an empty finish, the usage chunk."""
+    make = _chat if chat else _completion
+    first = make(0, "" if chat else " He", [] if chat else [9])
+    if chat:
+        first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+        first["prompt_token_ids"] = [5, 6, 7]
+    else:
+        first["choices"][0]["prompt_token_ids"] = [5, 6, 7]
+    usage = {"prompt_tokens": 3, "completion_tokens": 6, "total_tokens": 9}
+    head = {k: first[k] for k in ("id", "object", "created", "model")}
+    return [
+        first,
+        make(1, ' "quoted" \\ é', [10]),
+        make(2, "\n\u2028 ok", [11, 12, 13]),
+        make(3, "", [], finish_reason="length"),
+        {**head, "choices": [], "usage": usage},
+    ]
+
+
+def _sse(obj: dict[str, Any], spaced: bool) -> bytes:
+    text = json.dumps(obj) if spaced else json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return b"data: " + text.encode() + b"\n\n"
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+@pytest.mark.parametrize("client_ids", [False, True], ids=["no-ids", "ids"])
+@pytest.mark.parametrize("include_usage", [False, True], ids=["no-usage", "usage"])
+@pytest.mark.parametrize("stop", [None, ["ok!", "e"]], ids=["no-stop", "stop"])
+@pytest.mark.parametrize("spaced", [False, True], ids=["compact", "spaced"])
+def test_first_leg_events_edited_as_bytes_are_what_the_full_parse_gives(
+    chat: bool, client_ids: bool, include_usage: bool, stop: list[str] | None, spaced: bool
+) -> None:
+    body = {**STREAM, "stop": stop}
+    full, edited = (Progress(chat=chat, body=body, client_ids=client_ids,
+                             include_usage=include_usage) for _ in range(2))  # fmt: skip
+    for k, obj in enumerate(_answer(chat)):
+        event = _sse(obj, spaced)
+        parsed = parse_event(event)
+        assert parsed is not None
+        observe(full, parsed, True)
+        expected = for_client(full, parsed, True)
+        fast = first_leg_event(edited, event) if k else None
+        if fast is None:  # the first event, and the usage chunk, are parsed in full
+            observe(edited, parsed, True)
+            shown = for_client(edited, parsed, True)
+        else:
+            shown = parse_event(fast)
+        assert shown == expected
+        assert (fast is None) == (k in (0, 4))  # the bytes edited for every chunk of text
+        assert fast is None or fast.startswith(b"data: ")
+    assert edited.generated_ids == full.generated_ids == [9, 10, 11, 12, 13][chat:]
+    assert edited.prompt_ids == full.prompt_ids == [5, 6, 7]
+    assert edited.text == full.text
+    assert edited.text == ("\u2028 ok"[-3:] if stop else "")
+
+
+def test_events_the_bytes_cannot_be_edited_safely_get_the_full_parse() -> None:
+    p = Progress(chat=False, body=STREAM, client_ids=False, include_usage=True)
+    p.head = {"id": "cmpl-a"}
+    first_member = b'data: {"token_ids":[1],"choices":[{"index":0,"text":"x"}]}\n\n'
+    prompt = b'data: {"id":"a","choices":[{"index":0,"text":"x","prompt_token_ids":[1]}]}\n\n'
+    usage = b'data: {"id":"a","choices":[{"index":0,"text":"x"}],"usage":{"total_tokens":1}}\n\n'
+    error = b'data: {"error":{"message":"boom","code":500}}\n\n'
+    for event in (first_member, prompt, usage, error):
+        assert first_leg_event(p, event) is None
+    assert p.generated_ids == []
+    quoted = b'data: {"id":"a","choices":[{"index":0,"text":"\\"usage\\":{","token_ids":[4]}]}\n\n'
+    assert (
+        first_leg_event(p, quoted)
+        == b'data: {"id":"a","choices":[{"index":0,"text":"\\"usage\\":{"}]}\n\n'
+    )
+    assert p.generated_ids == [4]
+
+
+def test_the_first_leg_request_gets_its_fields_without_being_encoded_again() -> None:
+    raw = b'{"model": "m", "prompt": [1, 2], "stream": true}\n'
+    out = request_with_token_ids(raw, json.loads(raw))
+    assert out.startswith(b'{"model": "m", "prompt": [1, 2], "stream": true,')
+    assert json.loads(out) == with_token_ids(json.loads(raw))
+    for raw in (b'{"stream": true, "stream_options": {"a": 1}}',
+                b'{"stream": true, "return_token_ids": false}',
+                '{"stream": true}'.encode("utf-16-be")):  # fmt: skip
+        assert json.loads(request_with_token_ids(raw, json.loads(raw))) == with_token_ids(
+            json.loads(raw)
+        )

@@ -36,7 +36,8 @@ def engines() -> Iterator[Engines]:
 @pytest.fixture(scope="module")
 def router(engines: Engines, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
     a, b = engines.urls
-    r = Router(tmp_path_factory.mktemp("route"), [("p", a), ("p", b)], table=TABLE)
+    r = Router(tmp_path_factory.mktemp("route"), [("p", a), ("p", b)], "--migratable",
+               table=TABLE)  # fmt: skip
     yield r
     r.stop()
 
@@ -200,6 +201,29 @@ def test_bad_move_requests_say_what_is_wrong(
     assert what in answer["error"]["message"]
 
 
+def test_without_migratable_the_ledger_is_listed_and_every_move_refused(
+    engines: Engines, tmp_path: Path
+) -> None:
+    """A router whose service does not migrate through it relays streams as they come (no
+    token IDs asked for): the KV loop still reads its ledger, which says why nothing moves."""
+    a, b = engines.urls
+    r = Router(tmp_path, [("p", a), ("p", b)], table=TABLE)
+    try:
+        s = Stream(r, "/v1/completions", {"prompt": PROMPT, "max_tokens": 40, "ignore_eos": True})
+        s.read(3)
+        rid, source = the_request_on(r)
+        status, listing = admin(r, "/admin/inflight")
+        [entry] = listing["pods"][source]["requests"]
+        assert (entry["movable"], entry["refusal"]) == (False, "migration-off")
+        status, result = admin(r, "/admin/migrate", {"id": rid, "to": other(source)})
+        assert (status, result["outcome"], result["reason"]) == (409, "refused", "migration-off")
+        s.read()
+        one_stream(s.events)
+        assert all("token_ids" not in c for e in s.events[:-1] for c in e["choices"])
+    finally:
+        r.stop()
+
+
 def test_a_target_that_fails_leaves_the_stream_on_its_source(
     engines: Engines, tmp_path: Path
 ) -> None:
@@ -207,7 +231,8 @@ def test_a_target_that_fails_leaves_the_stream_on_its_source(
     with socket.socket() as dead:  # bound, not listening: connections are refused
         dead.bind(("127.0.0.1", 0))
         port = dead.getsockname()[1]
-        r = Router(tmp_path, [("p", a), ("p", f"http://127.0.0.1:{port}")], table=TABLE)
+        r = Router(tmp_path, [("p", a), ("p", f"http://127.0.0.1:{port}")], "--migratable",
+                   table=TABLE)  # fmt: skip
         try:
             ask = {"prompt": PROMPT, "max_tokens": OUTPUT, "ignore_eos": True}
             reference = Stream(r, "/v1/completions", ask)

@@ -206,6 +206,8 @@ def test_a_pool_at_its_inflight_limit_sheds_with_429(engines: Engines, tmp_path:
         (["--routing-file", "missing.json", "--engine", "small=http://x:1"], "No such file"),
         (["--routing-file", "routing.json", "--engine", "small"], "is not POOL=http://HOST:PORT"),
         (["--engine", "small=http://x:1", "--max-inflight-per-pod", "0"], "at least 1"),
+        (["--routing-file", "routing.json", "--engine", "small=http://x:1", "--migratable",
+          "--admin-port", "0"], "--migratable needs the admin API"),
     ],
 )  # fmt: skip
 def test_bad_router_flags_say_what_to_fix(tmp_path: Path, args: list[str], message: str) -> None:
