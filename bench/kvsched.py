@@ -12,9 +12,12 @@ Setup after MELL §VIII-B:
   (σ² = ln(1 + CV²), μ = ln(mean) − σ²/2); LMSYS responses take WildChat's response CV (0.93: the
   published LMSYS response std, 1,858, comes from a few outliers and would put a lognormal's
   median near 15 tokens). Scaled requests longer than C are clipped to C (the share is printed).
-- **Arrivals**: Poisson at λ = 0.5, 0.8 and 1.1 req/s, and the Azure LLM inference trace 2023
-  (conversation: its own timestamps, from the first request; MELL §VIII-B: 'traces from multiple
-  LLM inference services in Azure … to simulate production-like workload arrival patterns').
+- **Arrivals**: Poisson at λ = 0.5, 0.8 and 1.1 req/s, and the arrival pattern of the Azure LLM
+  inference trace 2023 (conversation; MELL §VIII-B: 'traces from multiple LLM inference services
+  in Azure … to simulate production-like workload arrival patterns'): the trace's inter-arrival
+  gaps, from its first request, scaled to a mean of `AZURE_RATE` req/s. The trace's own rate
+  (4.85 req/s over its first 1,500 requests) with requests of ~2 minutes would make the whole run
+  a ramp-up of a fleet 5–6× the Poisson ones; scaled, its bursts meet the Poisson runs' load.
 - **Pods**: Llama-2-13B on A100-40GB (4 per node) and Llama-2-7B on RTX-4090-24GB (8 per node).
   KV capacity C by MELL §III's arithmetic (`PAPER_CAP`): GPU memory minus the fp16 weights over
   the KV bytes per token — for 13B on A100-40GB the paper's own figure, 16 GB over 3.2 GB per
@@ -91,7 +94,9 @@ from gpumix.profiles.roofline import Roofline
 from gpumix.sim import traffic
 
 RATES: tuple[float | str, ...] = (0.5, 0.8, 1.1, "azure")
-"""Poisson rates (req/s) and the Azure conversation trace's own arrivals."""
+"""Poisson rates (req/s) and the Azure conversation trace's arrival pattern."""
+AZURE_RATE = 0.8
+"""Mean rate (req/s) the Azure trace's gaps are scaled to: the middle Poisson rate."""
 SCALE = 10
 
 CHAT_LENGTHS = (
@@ -207,9 +212,11 @@ def _profile(setup: Setup, roof: Roofline) -> MigrationProfile:
 def workload(
     trace: traffic.Trace, rate: float | str, n: int, cap: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """Arrivals (Poisson at `rate`, or the Azure trace's own for "azure") and chat lengths ×10."""
+    """Arrivals (Poisson at `rate`, or for "azure" the trace's gaps at a mean of `AZURE_RATE`)
+    and chat lengths ×10."""
     if rate == "azure":
-        times = np.asarray(trace.times[:n], dtype=float) + 1e-3
+        own = np.asarray(trace.times[:n], dtype=float)
+        times = (own - own[0]) * ((n - 1) / (own[-1] - own[0]) / AZURE_RATE) + 1e-3
     else:
         times = traffic.poisson_times(float(rate), n, seed)
     prompts, outputs = chat_sizes(n, seed + 1)
@@ -456,7 +463,11 @@ def main() -> int:
                                    "ratios": ratios, "batching_at_epoch": batching,
                                    "recompute": {"runs": recompute,
                                                  "ratios": _ratios(recompute)}}  # fmt: skip
-            what = "Azure conversation trace arrivals" if rate == "azure" else f"λ = {rate} req/s"
+            what = (
+                "Azure conversation trace's arrival pattern"
+                if rate == "azure"
+                else f"λ = {rate} req/s"
+            )
             span = float(times[-1] - times[0])
             print(
                 f"  {what} ({n / span:.2f} req/s), {n} requests ({100 * clipped:.1f}% clipped"
