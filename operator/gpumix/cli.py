@@ -14,7 +14,10 @@ from gpumix.cliargs import (
     EXIT_BAD_INPUT,
     Parser,
     fraction,
+    model_config,
     positive_float,
+    service_shapes,
+    unknown_model,
 )
 from gpumix.install import write_install_files
 from gpumix.manifests import ManifestError, describe, load_inputs
@@ -41,6 +44,7 @@ from gpumix.plan.joint import (
 from gpumix.problem import ServiceProblem, build_problem
 from gpumix.profiles import UnknownGPUTypeError, gpu_type
 from gpumix.profiles.roofline import estimate_profile
+from gpumix.profiles.shape import ModelShape
 from gpumix.report import (
     joint_json,
     joint_table,
@@ -139,18 +143,33 @@ def _plan(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     # Mélange's single-service ILP knows no replica bounds: bounded services go joint too.
     bounded = any(s.spec.min_replicas or s.spec.max_replicas is not None for s in services)
+    shapes, unknown = service_shapes(services, args.model_config)
     if len(services) > 1 or args.objective == "throughput" or args.budget is not None or bounded:
-        return _plan_jointly(args, services, pools, profiles, formulation)
+        for model in unknown:  # the joint plan comes from the GPUProfiles alone
+            print(f"note: {unknown_model(model)} (until then the replica fit is not checked)",
+                  file=sys.stderr)  # fmt: skip
+        return _plan_jointly(args, services, pools, profiles, formulation, shapes=shapes)
     worst = 0
     for service in services:
-        problem = build_problem(service, pools, profiles)
+        model = service.spec.model.name
+        if model in unknown:  # the plan is simulated on engines of the model's shape
+            print(f"error: {_name(service)}: {unknown_model(model)}", file=sys.stderr)
+            worst = EXIT_BAD_INPUT
+            continue
+        problem = build_problem(service, pools, profiles, shape=shapes[model])
         if problem.instance is None:
             print(f"error: {problem.unusable(service)}", file=sys.stderr)
             worst = EXIT_BAD_INPUT
             continue
         _notes(service, problem)
-        worst = max(worst, _promise_and_print(args, service, problem, pools, profiles))
+        worst = max(
+            worst, _promise_and_print(args, service, problem, pools, profiles, shape=shapes[model])
+        )
     return worst
+
+
+def _name(service: LLMService) -> str:
+    return f"{service.metadata.get('namespace', 'default')}/{service.name}"
 
 
 def _notes(service: LLMService, problem: ServiceProblem) -> None:
@@ -164,17 +183,19 @@ def _promise_and_print(
     problem: ServiceProblem,
     pools: list[GPUPool],
     profiles: list[GPUProfile],
+    *,
+    shape: ModelShape,
 ) -> int:
-    """One service: the plan (to its attainment target, or Mélange's), simulated as deployed."""
+    """One service: the plan (to its attainment target, or Mélange's), simulated as deployed on
+    engines of the model's ``shape``."""
     assert problem.instance is not None
-    ns = service.metadata.get("namespace", "default")
-    name, title = f"{ns}/{service.name}", _title(service)
+    name, title = _name(service), _title(service)
     try:
         promised = promise(
             service, pools, profiles, problem.instance, target=args.attainment_target,
             planner=args.planner, solver=args.solver,
             formulation=None if args.formulation is None else Formulation(args.formulation),
-            time_limit_s=args.time_limit,
+            time_limit_s=args.time_limit, shape=shape,
         )  # fmt: skip
     except UnservableBucketError as err:
         if args.output == "json":
@@ -235,6 +256,8 @@ def _plan_jointly(
     pools: list[GPUPool],
     profiles: list[GPUProfile],
     formulation: Formulation,
+    *,
+    shapes: dict[str, ModelShape],
 ) -> int:
     """Several LLMServices (or ``--objective``/``--budget``, or ``minReplicas``/``maxReplicas``):
     one joint solve over the pools (their ``maxGPUs`` caps), each service reported with its
@@ -245,13 +268,14 @@ def _plan_jointly(
     units: dict[str, dict[str, int]] = {}
     baselines: dict[str, Plan | None] = {}
     for service in services:
-        problem = build_problem(service, pools, profiles)
+        shape = shapes.get(service.spec.model.name)
+        problem = build_problem(service, pools, profiles, shape=shape)
         if problem.instance is None:
             print(f"error: {problem.unusable(service)}", file=sys.stderr)
             worst = EXIT_BAD_INPUT
             continue
         _notes(service, problem)
-        name = f"{service.metadata.get('namespace', 'default')}/{service.name}"
+        name = _name(service)
         demands.append(_demand(name, service, problem))
         titles[name] = _title(service)
         units[name] = {n: c.gpus_per_replica for n, c in problem.choices.items()}
@@ -339,6 +363,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("files", nargs="*", help="YAML files with LLMService/GPUProfile/GPUPool")
     plan.add_argument("--melange-config", help="a Mélange reference-solver JSON input instead")
+    plan.add_argument(
+        "--model-config", type=model_config, action="append", metavar="MODEL=FILE",
+        help="the Hugging Face config.json of a model gpumix has no built-in shape for "
+        "(repeatable; the CLI's spec.model.config)",
+    )  # fmt: skip
     plan.add_argument("--output", choices=["table", "json"], default="table")
     plan.add_argument("--solver", choices=["highs", "cbc"], default="highs")
     plan.add_argument(

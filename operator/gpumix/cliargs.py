@@ -12,6 +12,11 @@ import math
 import sys
 from typing import NoReturn
 
+from gpumix.api import LLMService
+from gpumix.profiles.hfconfig import ModelConfigError, model_shape_from_config
+from gpumix.profiles.models import UnknownModelError, model_shape
+from gpumix.profiles.shape import ModelShape
+
 EXIT_BAD_INPUT = 2
 
 
@@ -113,3 +118,37 @@ def positive_floats(text: str) -> list[float]:
     if not parts:
         raise argparse.ArgumentTypeError("needs at least one value")
     return [positive_float(p) for p in parts]
+
+
+def model_config(text: str) -> tuple[str, ModelShape]:
+    """``MODEL=FILE``: the shape of MODEL from its Hugging Face ``config.json`` at FILE."""
+    model, sep, path = text.partition("=")
+    if not sep or not model.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"expected MODEL=FILE (a config.json), got {text!r}")
+    try:
+        return model.strip(), model_shape_from_config(path.strip(), model.strip())
+    except ModelConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def service_shapes(
+    services: list[LLMService], given: list[tuple[str, ModelShape]] | None
+) -> tuple[dict[str, ModelShape], list[str]]:
+    """Each service's model shape (from ``--model-config``, else built in) by model name, and
+    the models in ``services`` that have neither."""
+    shapes = dict(given or [])
+    unknown: list[str] = []
+    for name in sorted({s.spec.model.name for s in services} - shapes.keys()):
+        try:
+            shapes[name] = model_shape(name)
+        except UnknownModelError:
+            unknown.append(name)
+    return shapes, unknown
+
+
+def unknown_model(model: str) -> str:
+    """What `gpumix plan`/`simulate` say of a model with no shape."""
+    return (
+        f"no built-in shape for model {model!r}: give its Hugging Face config.json with "
+        f"--model-config {model}=FILE"
+    )

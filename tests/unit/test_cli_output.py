@@ -100,3 +100,51 @@ def test_profile_estimate_is_yaml_gpumix_reads_back(tmp_path: Path) -> None:
     profiles.write_text(done.stdout)
     [plan] = _json_lines("plan", EXAMPLE[0], str(profiles), "--output", "json", codes=(0, 1))
     assert plan["name"] == "default/chat" and plan["status"]
+
+
+QWEN3_8B = {  # Qwen/Qwen3-8B's config.json, the keys the shape reads
+    "model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288,
+    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def _as_model(path: Path, model: str, docs: list[dict[str, Any]]) -> str:
+    for doc in docs:
+        if doc["kind"] == "LLMService":
+            doc["spec"]["model"]["name"] = model
+        else:
+            doc["spec"]["model"] = model
+    path.write_text(yaml.safe_dump_all(docs))
+    return str(path)
+
+
+def test_a_model_gpumix_does_not_know_is_planned_from_its_config_json(tmp_path: Path) -> None:
+    """`plan` and `simulate` of a model with no built-in shape: exit 2 naming --model-config;
+    given its config.json, the same plan and simulation as the model gpumix knows by name."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(QWEN3_8B))
+    profiles = subprocess.run(
+        [GPUMIX, "profile", "estimate", "--model", "Qwen/Qwen3-8B", "--gpu", "l4,a10g,a100-80gb",
+         "--input-edges", "1,256,512,1024,2048,3072", "--output-edges", "1,64,128,256,512,1001"],
+        check=True, capture_output=True, text=True, timeout=300,
+    ).stdout  # fmt: skip
+    docs = [yaml.safe_load((EXAMPLES / "chat.yaml").read_text()), *yaml.safe_load_all(profiles)]
+    known = _as_model(tmp_path / "known.yaml", "Qwen/Qwen3-8B", docs)
+    other = _as_model(tmp_path / "other.yaml", "acme/private-8b", docs)
+    for command in (["plan"], ["simulate", "--requests", "300"]):
+        done = subprocess.run([GPUMIX, *command, other], check=False, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.strip().splitlines() == [
+            "error: default/chat: no built-in shape for model 'acme/private-8b': give its "
+            "Hugging Face config.json with --model-config acme/private-8b=FILE"
+        ]
+        flag = ["--model-config", f"acme/private-8b={config}"]
+        [by_name] = _json_lines(*command, known, "--output", "json", codes=(0, 1))
+        [by_config] = _json_lines(*command, other, *flag, "--output", "json", codes=(0, 1))
+        for run in (by_name, by_config):
+            run.pop("solve_seconds", None)  # a wall time
+        assert by_config == by_name
+        assert sum(by_config["allocation"].values()) >= 1

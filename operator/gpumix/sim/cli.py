@@ -13,12 +13,15 @@ from gpumix.api import GPUProfile
 from gpumix.cliargs import (
     EXIT_BAD_INPUT,
     edges,
+    model_config,
     nonnegative_float,
     positive_float,
     positive_floats,
     positive_int,
+    service_shapes,
     tcp_port,
     unit_interval,
+    unknown_model,
 )
 from gpumix.manifests import ManifestError, load_inputs
 from gpumix.problem import NoUsablePoolError
@@ -110,6 +113,10 @@ def _simulate(args: argparse.Namespace) -> int:
         )
     ns = service.metadata.get("namespace", "default")
     name = f"{ns}/{service.name}"
+    shapes, unknown = service_shapes([service], args.model_config)
+    if unknown:
+        print(f"error: {name}: {unknown_model(unknown[0])}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         plan = _read_plan(args.plan, name) if args.plan else None
         spec = TrafficSpec(
@@ -134,6 +141,7 @@ def _simulate(args: argparse.Namespace) -> int:
             # Without the flag, the engine the service's Deployment configures (its lengths).
             engine=_engine_config(args) if args.chunked_prefill else None,
             ttft_slo_ms=args.ttft_ms,
+            shape=shapes[service.spec.model.name],
         )
     except NoUsablePoolError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -163,6 +171,10 @@ def register(sub: Any) -> None:
     p.add_argument("files", nargs="+", help="YAML with the LLMService, GPUProfiles, GPUPools")
     p.add_argument("--plan", help="a `gpumix plan --output json` file (default: plan here)")
     p.add_argument("--service", help="the LLMService to simulate (default: the first)")
+    p.add_argument(
+        "--model-config", type=model_config, action="append", metavar="MODEL=FILE",
+        help="the Hugging Face config.json of a model gpumix has no built-in shape for",
+    )  # fmt: skip
     p.add_argument("--tpot-ms", type=positive_float, help="override the service's TPOT SLO")
     p.add_argument(
         "--ttft-ms", type=positive_float, help="TTFT SLO (default: the service's, else 1000)"
