@@ -106,6 +106,9 @@ RULES: tuple[Rule, ...] = (
          "`bind`, so the apiserver refuses any Role granting more than this ClusterRole holds"),
     Rule("policy", ("poddisruptionbudgets",), ("create", "patch", "delete"),
          "operator/kube.py: the routers' PodDisruptionBudgets, likewise"),
+    Rule("networking.k8s.io", ("networkpolicies",), ("create", "patch", "delete"),
+         "operator/kube.py: the routers' NetworkPolicies (the admin API only from the "
+         "operator's pods), likewise"),
     Rule("", ("events",), ("create",),
          "operator/kube.py: PlanChanged events; kopf posts its own events the same way"),
     Rule("apiextensions.k8s.io", ("customresourcedefinitions",), WATCH,

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpumix.api import GPUPool, GPUPoolStatus, LLMService, LLMServiceStatus
+from gpumix.install import NAMESPACE
 from gpumix.observe import CONDITION_TYPE as OBSERVED_CONDITION
 from gpumix.operator import metrics
 from gpumix.operator.kube import KubeWriter
@@ -79,10 +80,11 @@ class Planner:
         budget_per_hour: float | None = None,
         *,
         router_image: str,
+        operator_namespace: str = NAMESPACE,
         observer: Observer | None = None,
     ) -> None:
         self.view, self.writer = view, writer
-        self.router_image = router_image
+        self.router_image, self.operator_namespace = router_image, operator_namespace
         self.observer = observer or Observer(None)
         self.interval_s, self.time_limit_s = interval_s, time_limit_s
         self.budget_per_hour = budget_per_hour
@@ -170,6 +172,7 @@ class Planner:
                     router_image=self.router_image,
                     router_ready=available > 0,
                     inference_pools_served=decision.inference_pools_served,
+                    operator_namespace=self.operator_namespace,
                 )
                 for obj in objects:
                     self._guard("apply", self.writer.apply, obj)

@@ -80,6 +80,7 @@ async def _main(
         time_limit_s=args.solver_time_limit,
         budget_per_hour=args.budget,
         router_image=args.router_image,
+        operator_namespace=default_namespace(NAMESPACE),
         observer=observer_from_args(args),
     )
 

@@ -49,16 +49,13 @@ from gpumix.operator.kvloop import (
     plan_consolidation,
 )
 from gpumix.problem import option_key
-from gpumix.render.deployment import PORT
+from gpumix.render.deployment import ADMIN_PORT, PORT
 from gpumix.render.names import ROUTER_LABEL, SERVICE_LABEL, label_value
 from gpumix.route.engines import ENGINE_URL_ANNOTATION, pod_url, pool_key
 
 ADMIN_URL_ANNOTATION = "gpumix.io/admin-url"
 """Overrides the pod's admin endpoint (`http://<podIP>:ADMIN_PORT`): the hook for a sidecar on
 another address and for the e2e test, which points KWOK pods at `gpumix sim serve` pods."""
-ADMIN_PORT = 8001
-"""The admin contract's port on a pod (gpumix/sim/SERVER.md), served by a vLLM sidecar; and the
-router's admin API's port (``gpumix route --admin-port``)."""
 PRESSURE = 0.95
 """KV-cache fill of a pod above which a replica removed by the KV loop is given back."""
 KEEP_DRAINED = 10

@@ -4,6 +4,7 @@ routing, the router), and the router's objects to delete once routing no longer 
 from typing import Any, NamedTuple
 
 from gpumix.api import GPUPool, LLMService
+from gpumix.install import NAMESPACE
 from gpumix.reconcile.service import ServiceDecision
 from gpumix.render import (
     ROUTER_KINDS,
@@ -39,12 +40,14 @@ def desired_objects(
     router_image: str,
     router_ready: bool,
     inference_pools_served: bool = True,
+    operator_namespace: str = NAMESPACE,
 ) -> list[dict[str, Any]]:
     """What to server-side apply this pass, in order; empty when the decision leaves everything
     alone. ``router_image`` runs the router pods (``routing.mode: Router``); ``router_ready``:
     the router Deployment has an available pod, so the Service may point at the routers. The
     InferencePool only while the apiserver serves its kind (``inference_pools_served``; the
-    picker and its Service either way: `gpumix.reconcile.gateway`)."""
+    picker and its Service either way: `gpumix.reconcile.gateway`). The routers' admin API
+    admits the operator's pods in ``operator_namespace`` only."""
     if decision.apply is None or decision.target is None:
         return []
     spec = service.spec
@@ -66,7 +69,7 @@ def desired_objects(
         render_routing_configmap(owner, spec, decision.shares, serving, decision.choices)
     )
     if spec.routing.mode != "Service":
-        objects += render_router(owner, spec, router_image)
+        objects += render_router(owner, spec, router_image, operator_namespace)
     if spec.routing.mode == INFERENCE_POOL:
         objects += [
             o

@@ -23,6 +23,10 @@ from gpumix.render.podtemplate import apply_template
 
 PORT = 8000
 PORT_NAME = "http"
+ADMIN_PORT = 8001
+"""The admin contract's port on a pod (gpumix/sim/SERVER.md), served by a vLLM sidecar; and the
+router's admin API's port (``gpumix route --admin-port``), which the KV loop reads and moves
+streams through."""
 
 TERMINATION_GRACE_SECONDS = 60
 """Time for vLLM to finish in-flight requests after SIGTERM; long generations are cut off."""

@@ -9,8 +9,9 @@ only what it holds itself, hence the same verbs in its ClusterRole (gpumix.insta
 from typing import Any
 
 from gpumix.api import LLMServiceSpec
-from gpumix.install import OPERATOR
+from gpumix.install import OPERATOR, labels
 from gpumix.render.deployment import (
+    ADMIN_PORT,
     PORT,
     PORT_NAME,
     SCRAPE_ANNOTATIONS,
@@ -32,6 +33,7 @@ ROUTER_KINDS: tuple[tuple[str, str], ...] = (
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("policy/v1", "PodDisruptionBudget"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
     ("apps/v1", "Deployment"),
 )
 """(apiVersion, kind) of the router's objects, all named :func:`router_name`, in the order
@@ -40,6 +42,7 @@ apiserver checks against the Role), the ServiceAccount before the pods that run 
 
 CONTAINER = "router"
 TMP_SIZE_LIMIT = "64Mi"
+ADMIN_PORT_NAME = "admin"
 
 
 def _role_rules() -> list[dict[str, Any]]:
@@ -130,6 +133,45 @@ def render_router_pdb(owner: Owner) -> dict[str, Any]:
     }
 
 
+def render_router_network_policy(
+    owner: Owner, spec: LLMServiceSpec, operator_namespace: str
+) -> dict[str, Any]:
+    """Ingress to the router pods: the served port (and the endpoint picker's, for the gateway)
+    from anywhere, the admin API (``/admin/inflight``, ``/admin/migrate``) only from the
+    operator's pods in ``operator_namespace``, whose KV loop moves streams through it: nothing
+    else can list or move another client's requests. Takes effect where the CNI enforces
+    NetworkPolicies."""
+    served = [{"port": PORT_NAME, "protocol": "TCP"}]
+    if spec.routing.mode == PICKER_MODE:
+        served.append({"port": picker_port()["name"], "protocol": "TCP"})
+    operator = {k: v for k, v in labels().items() if k != "app.kubernetes.io/name"}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(owner),
+        "spec": {
+            "podSelector": {"matchLabels": router_selector(owner.name)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"ports": served},
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": operator_namespace}
+                            },
+                            # part-of and component: the chart's and kustomize's pods alike
+                            # (a chart's nameOverride changes app.kubernetes.io/name).
+                            "podSelector": {"matchLabels": operator},
+                        }
+                    ],
+                    "ports": [{"port": ADMIN_PORT_NAME, "protocol": "TCP"}],
+                },
+            ],
+        },
+    }
+
+
 def _probe(path: str, period: int) -> dict[str, Any]:
     return {
         "failureThreshold": 3,
@@ -147,6 +189,7 @@ def render_router_deployment(owner: Owner, spec: LLMServiceSpec, image: str) -> 
     labels = picker_labels(owner.name) if picker else router_labels(owner.name)
     selector = router_selector(owner.name)
     port = {"containerPort": PORT, "name": PORT_NAME, "protocol": "TCP"}
+    admin = {"containerPort": ADMIN_PORT, "name": ADMIN_PORT_NAME, "protocol": "TCP"}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -169,7 +212,7 @@ def render_router_deployment(owner: Owner, spec: LLMServiceSpec, image: str) -> 
                             "image": image,
                             "livenessProbe": _probe("/health", period=10),
                             "name": CONTAINER,
-                            "ports": [port, picker_port()] if picker else [port],
+                            "ports": [port, picker_port()] if picker else [port, admin],
                             # Ready once the routing table is loaded and a vLLM pod is ready.
                             "readinessProbe": _probe("/ready", period=5),
                             "resources": _resources(),
@@ -202,12 +245,16 @@ def render_router_deployment(owner: Owner, spec: LLMServiceSpec, image: str) -> 
     }
 
 
-def render_router(owner: Owner, spec: LLMServiceSpec, image: str) -> list[dict[str, Any]]:
-    """Every object of the router, in :data:`ROUTER_KINDS` order (the order to apply them in)."""
+def render_router(
+    owner: Owner, spec: LLMServiceSpec, image: str, operator_namespace: str
+) -> list[dict[str, Any]]:
+    """Every object of the router, in :data:`ROUTER_KINDS` order (the order to apply them in);
+    ``operator_namespace`` is where the KV loop that may call the admin API runs."""
     return [
         render_router_service_account(owner),
         render_router_role(owner),
         render_router_role_binding(owner),
         render_router_pdb(owner),
+        render_router_network_policy(owner, spec, operator_namespace),
         render_router_deployment(owner, spec, image),
     ]

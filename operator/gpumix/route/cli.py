@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from gpumix.cliargs import Parser, fail, positive_int, tcp_port
 from gpumix.operator.run import api_client
+from gpumix.render.deployment import ADMIN_PORT
 from gpumix.route.engines import Engines
 from gpumix.route.picker import Picker, start_grpc
 from gpumix.route.proxy import Proxy
@@ -28,9 +29,6 @@ from gpumix.route.watch import start_watches
 
 log = logging.getLogger("gpumix.route")
 
-ADMIN_PORT = 8001
-"""The router's admin API (what the KV loop reads and, with ``--migratable``, migrates through),
-apart from the served port."""
 BACKLOG = 2048
 """Pending connections the kernel queues for the router (aiohttp's default is 128)."""
 

@@ -63,6 +63,7 @@ def test_routing_mode_router_adds_the_router_after_what_it_needs(chat: LLMServic
         ("Role", "chat--router"),
         ("RoleBinding", "chat--router"),
         ("PodDisruptionBudget", "chat--router"),
+        ("NetworkPolicy", "chat--router"),
         ("Deployment", "chat--router"),
     ]
     assert _main_service(objects)["spec"]["selector"] == {"gpumix.io/router": "chat"}

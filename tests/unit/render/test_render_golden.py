@@ -21,6 +21,8 @@ from gpumix.render import (
     render_service,
 )
 
+OPERATOR_NS = "gpumix-system"
+
 
 def test_deployment_one_gpu(inputs: Inputs) -> None:
     i = inputs
@@ -62,7 +64,7 @@ def test_engines_service(inputs: Inputs) -> None:
 @pytest.mark.parametrize(("index", "kind"), list(enumerate(kind for _, kind in ROUTER_KINDS)))
 def test_router(inputs: Inputs, index: int, kind: str) -> None:
     spec = inputs.spec.model_copy(update={"routing": Routing(replicas=3, max_inflight_per_pod=64)})
-    rendered = render_router(inputs.owner, spec, ROUTER_IMAGE)[index]
+    rendered = render_router(inputs.owner, spec, ROUTER_IMAGE, OPERATOR_NS)[index]
     assert rendered["kind"] == kind
     assert_golden(f"router-{kind.lower()}", rendered)
 

@@ -20,6 +20,8 @@ from gpumix.render.inferencepool import (
 )
 from gpumix.render.names import labels_for, router_selector
 
+OPERATOR_NS = "gpumix-system"
+
 ROOT = Path(__file__).resolve().parents[3]
 VENDORED = (
     ROOT
@@ -70,7 +72,7 @@ def test_the_inference_pool_fits_the_vendored_v1_crd_and_selects_the_vllm_pods()
 
 def test_the_picker_service_reaches_the_pickers_grpc_port(chat: LLMService) -> None:
     service = render_picker_service(OWNER)
-    (deployment,) = render_router(OWNER, _spec(chat, "InferencePool"), IMAGE)[-1:]
+    (deployment,) = render_router(OWNER, _spec(chat, "InferencePool"), IMAGE, OPERATOR_NS)[-1:]
     template = deployment["spec"]["template"]
     assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
     (port,) = service["spec"]["ports"]
@@ -84,8 +86,8 @@ def test_the_picker_service_reaches_the_pickers_grpc_port(chat: LLMService) -> N
 def test_the_router_deployment_becomes_the_picker_under_the_same_selector(
     chat: LLMService,
 ) -> None:
-    router = render_router(OWNER, _spec(chat, "Router"), IMAGE)[-1]
-    picker = render_router(OWNER, _spec(chat, "InferencePool"), IMAGE)[-1]
+    router = render_router(OWNER, _spec(chat, "Router"), IMAGE, OPERATOR_NS)[-1]
+    picker = render_router(OWNER, _spec(chat, "InferencePool"), IMAGE, OPERATOR_NS)[-1]
     assert router["metadata"]["name"] == picker["metadata"]["name"] == "chat--router"
     assert router["spec"]["selector"] == picker["spec"]["selector"]  # immutable: a switch rolls
     command = picker["spec"]["template"]["spec"]["containers"][0]["command"]

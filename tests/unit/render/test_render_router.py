@@ -1,9 +1,11 @@
 """Invariants of the router's objects and the two Services, for any input."""
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.client import ApiClient
@@ -29,6 +31,9 @@ from gpumix.render import (
     service_name,
 )
 from proptest import budget
+
+OPERATOR_NS = "gpumix-system"
+REPO = Path(__file__).resolve().parents[3]
 
 QUICK = budget(200)
 
@@ -96,7 +101,7 @@ def test_engine_and_router_selectors_never_cross(
 
 
 def test_selectors_of_the_router_objects(inputs: Inputs) -> None:
-    objects = _by_kind(render_router(inputs.owner, inputs.spec, ROUTER_IMAGE))
+    objects = _by_kind(render_router(inputs.owner, inputs.spec, ROUTER_IMAGE, OPERATOR_NS))
     deployment = objects["Deployment"]
     selector = deployment["spec"]["selector"]["matchLabels"]
     template = deployment["spec"]["template"]["metadata"]["labels"]
@@ -128,7 +133,7 @@ def test_routing_mode_service_selects_the_vllm_pods(inputs: Inputs) -> None:
 
 
 def test_router_objects_share_one_name_in_router_kinds_order(inputs: Inputs) -> None:
-    objects = render_router(inputs.owner, inputs.spec, ROUTER_IMAGE)
+    objects = render_router(inputs.owner, inputs.spec, ROUTER_IMAGE, OPERATOR_NS)
     assert [(o["apiVersion"], o["kind"]) for o in objects] == list(ROUTER_KINDS)
     assert ROUTER_KINDS[-1] == ("apps/v1", "Deployment")  # deleted last (reconcile/objects.py)
     assert {o["metadata"]["name"] for o in objects} == {"chat--router"}
@@ -139,7 +144,7 @@ def test_router_objects_share_one_name_in_router_kinds_order(inputs: Inputs) -> 
 
 
 def test_router_pod_is_restricted(inputs: Inputs) -> None:
-    pod = _pod(render_router(inputs.owner, inputs.spec, ROUTER_IMAGE))
+    pod = _pod(render_router(inputs.owner, inputs.spec, ROUTER_IMAGE, OPERATOR_NS))
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["serviceAccountName"] == "chat--router"
@@ -155,7 +160,8 @@ def test_router_pod_is_restricted(inputs: Inputs) -> None:
 
 def test_router_runs_gpumix_route_as_its_parser_expects(inputs: Inputs) -> None:
     spec = _spec(inputs, replicas=3, max_inflight_per_pod=64)
-    deployment = _by_kind(render_router(inputs.owner, spec, ROUTER_IMAGE))["Deployment"]
+    objects = _by_kind(render_router(inputs.owner, spec, ROUTER_IMAGE, OPERATOR_NS))
+    deployment = objects["Deployment"]
     assert deployment["spec"]["replicas"] == 3
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
@@ -165,7 +171,10 @@ def test_router_runs_gpumix_route_as_its_parser_expects(inputs: Inputs) -> None:
     args = build_parser().parse_args(command[1:])
     assert (args.service, args.namespace) == ("chat", "serving")
     assert (args.port, args.max_inflight_per_pod, args.log_format) == (8000, 64, "json")
-    assert container["ports"] == [{"containerPort": 8000, "name": "http", "protocol": "TCP"}]
+    assert container["ports"] == [
+        {"containerPort": 8000, "name": "http", "protocol": "TCP"},
+        {"containerPort": args.admin_port, "name": "admin", "protocol": "TCP"},
+    ]
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
 
@@ -184,7 +193,7 @@ def test_the_router_relays_streams_movably_only_when_the_kv_loop_moves_them_thro
     inputs: Inputs, kv: KvMigration | None, migratable: bool
 ) -> None:
     spec = inputs.spec if kv is None else inputs.spec.model_copy(update={"kv_migration": kv})
-    (container,) = _pod(render_router(inputs.owner, spec, ROUTER_IMAGE))["containers"]
+    (container,) = _pod(render_router(inputs.owner, spec, ROUTER_IMAGE, OPERATOR_NS))["containers"]
     args = build_parser().parse_args(container["command"][1:])
     assert args.migratable is migratable
     assert args.admin_port == 8001  # the KV loop reads the ledger either way
@@ -192,7 +201,8 @@ def test_the_router_relays_streams_movably_only_when_the_kv_loop_moves_them_thro
 
 @pytest.mark.parametrize("replicas", [1, 2, 5])
 def test_pdb_lets_a_drain_through_and_keeps_all_but_one(inputs: Inputs, replicas: int) -> None:
-    objects = _by_kind(render_router(inputs.owner, _spec(inputs, replicas=replicas), "i"))
+    spec = _spec(inputs, replicas=replicas)
+    objects = _by_kind(render_router(inputs.owner, spec, "i", OPERATOR_NS))
     assert objects["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
     assert "minAvailable" not in objects["PodDisruptionBudget"]["spec"]
 
@@ -200,7 +210,7 @@ def test_pdb_lets_a_drain_through_and_keeps_all_but_one(inputs: Inputs, replicas
 def test_operator_holds_every_permission_of_the_router_role(inputs: Inputs) -> None:
     """RBAC refuses a Role that grants what its creator lacks (no `escalate` verb here)."""
     held = {(r.api_group, res, v) for r in RULES for res in r.resources for v in r.verbs}
-    role = _by_kind(render_router(inputs.owner, inputs.spec, ROUTER_IMAGE))["Role"]
+    role = _by_kind(render_router(inputs.owner, inputs.spec, ROUTER_IMAGE, OPERATOR_NS))["Role"]
     granted = {
         (group, res, verb)
         for rule in role["rules"]
@@ -217,6 +227,7 @@ def test_operator_holds_every_permission_of_the_router_role(inputs: Inputs) -> N
         ("rbac.authorization.k8s.io", "roles"),
         ("rbac.authorization.k8s.io", "rolebindings"),
         ("policy", "poddisruptionbudgets"),
+        ("networking.k8s.io", "networkpolicies"),
         ("apps", "deployments"),
     ]
     assert len(objects) == len(ROUTER_KINDS)
@@ -228,9 +239,45 @@ def test_operator_holds_every_permission_of_the_router_role(inputs: Inputs) -> N
 def test_objects_round_trip_through_the_kubernetes_models(inputs: Inputs, index: int) -> None:
     """Unknown or misspelt fields would be dropped on the way, required ones fail to build."""
     obj = [
-        *render_router(inputs.owner, inputs.spec, ROUTER_IMAGE),
+        *render_router(inputs.owner, inputs.spec, ROUTER_IMAGE, OPERATOR_NS),
         render_engines_service(inputs.owner),
     ][index]
     with ApiClient() as client:
         typed = client.deserialize(json.dumps(obj), f"V1{obj['kind']}", "application/json")
         assert client.sanitize_for_serialization(typed) == obj
+
+
+@pytest.mark.parametrize("mode", ["Router", "InferencePool"])
+def test_network_policy_admits_the_admin_api_from_the_operator_only(
+    inputs: Inputs, mode: str
+) -> None:
+    """Issue #19 item 5: the served ports open, `/admin/*` only from the operator's pods (the
+    chart's and kustomize's, whose labels the policy must match), in the operator's namespace."""
+    spec = inputs.spec.model_copy(update={"routing": Routing(mode=mode)})
+    objects = _by_kind(render_router(inputs.owner, spec, ROUTER_IMAGE, "ops"))
+    policy, deployment = objects["NetworkPolicy"], objects["Deployment"]
+    pod = deployment["spec"]["template"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    open_rule, admin_rule = policy["spec"]["ingress"]
+    (container,) = pod["spec"]["containers"]
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    served = {p["port"] for p in open_rule["ports"]}
+    assert "from" not in open_rule
+    assert served == ({"http", "grpc"} if mode == "InferencePool" else {"http"})
+    assert served <= named.keys()
+    [admin] = admin_rule["ports"]
+    # The router serves its admin API on the port the policy names; the picker declares none,
+    # so the policy admits nobody to it.
+    command = build_parser().parse_args(container["command"][1:])
+    assert (named.get(admin["port"]) == command.admin_port) == (mode == "Router")
+    [peer] = admin_rule["from"]
+    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "ops"}
+    chart = yaml.safe_load((REPO / "manifests" / "base" / "deployment.yaml").read_text())
+    operator_pod = chart["spec"]["template"]["metadata"]["labels"]
+    assert peer["podSelector"]["matchLabels"].items() <= operator_pod.items()
+    helpers = (REPO / "charts" / "gpumix" / "templates" / "_helpers.tpl").read_text()
+    for key, value in peer["podSelector"]["matchLabels"].items():
+        assert f"{key}: {value}" in helpers  # the chart's pods carry it under any nameOverride
+    router_labels = pod["metadata"]["labels"]
+    assert not peer["podSelector"]["matchLabels"].items() <= router_labels.items()
