@@ -2,9 +2,9 @@
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "gpumix.io"
@@ -17,7 +17,11 @@ class ApiModel(BaseModel):
     strict field validation, so a typo in a hand-written file fails with the field's name."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,  # JSON has no NaN or infinity; YAML's .nan/.inf must not get in
     )
 
 
@@ -40,6 +44,15 @@ class Condition(ApiModel):
     observed_generation: int | None = Field(default=None, ge=0)
 
 
+def name_rule(limit: int) -> dict[str, str]:
+    """The CEL rule (on the whole object: CEL sees metadata.name there) capping the name."""
+    return {
+        "rule": f"size(self.metadata.name) <= {limit}",
+        "message": f"metadata.name: at most {limit} characters: the operator labels the objects "
+        "it derives (gpumix.io/service, gpumix.io/pool) with it, and reads them back by it",
+    }
+
+
 class Resource(ApiModel):
     """Top-level custom resource: what kubectl would send, with metadata kept opaque."""
 
@@ -48,10 +61,19 @@ class Resource(ApiModel):
     scope: ClassVar[Literal["Namespaced", "Cluster"]]
     short_names: ClassVar[tuple[str, ...]] = ()
     printer_columns: ClassVar[tuple[dict[str, str | int], ...]] = ()
+    max_name_length: ClassVar[int | None] = None
+    """Longest metadata.name, when the objects gpumix derives carry it as a label value (63)."""
 
     api_version: Literal["gpumix.io/v1alpha1"] = "gpumix.io/v1alpha1"
     kind: str
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_name(self) -> Self:
+        limit = self.max_name_length
+        if limit is not None and len(self.name) > limit:
+            raise ValueError(name_rule(limit)["message"])
+        return self
 
     @property
     def name(self) -> str:

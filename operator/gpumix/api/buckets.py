@@ -86,7 +86,11 @@ def matrix_shape_cel(field: str) -> list[JsonValue]:
     ]
 
 
-Row = Annotated[list[Annotated[float, Field(ge=0)]], Field(max_length=MAX_EDGES - 1)]
+MAX_CELL = 1e12
+"""Largest value of a per-bucket matrix (a request count, a share, a MaxTput in req/s): far above
+any real one, and low enough that sums and products of a whole grid stay finite."""
+
+Row = Annotated[list[Annotated[float, Field(ge=0, le=MAX_CELL)]], Field(max_length=MAX_EDGES - 1)]
 """One row of a per-bucket matrix: a non-negative value per output bucket."""
 
 

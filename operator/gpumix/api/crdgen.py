@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from gpumix.api.base import GROUP, VERSION, Resource
+from gpumix.api.base import GROUP, VERSION, Resource, name_rule
 
 _DROP = {"title", "examples", "deprecated"}
 
@@ -72,6 +72,8 @@ def openapi_schema(resource: type[Resource]) -> dict[str, Any]:
     }
     if "status" in props:
         out["properties"]["status"] = _without_defaults(props["status"])
+    if resource.max_name_length is not None:
+        out["x-kubernetes-validations"] = [name_rule(resource.max_name_length)]
     return out
 
 

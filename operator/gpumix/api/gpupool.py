@@ -33,8 +33,10 @@ class GPUPoolSpec(ApiModel):
     price_per_gpu_hour: float | None = Field(
         default=None,
         gt=0,
+        le=1e6,
         alias="pricePerGPUHour",
-        description="$/h for one GPU; defaults to the catalog's on-demand price.",
+        description="$/h for one GPU (at most a million); defaults to the catalog's on-demand "
+        "price.",
     )
     gpus_per_node: int | None = Field(
         default=None, ge=1, alias="gpusPerNode", description="Default: read from the nodes."
@@ -83,6 +85,7 @@ class GPUPool(Resource):
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     )
 
+    max_name_length: ClassVar[int | None] = 63
     kind: Literal["GPUPool"] = "GPUPool"
     spec: GPUPoolSpec
     status: GPUPoolStatus | None = None

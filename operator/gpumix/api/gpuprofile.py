@@ -11,17 +11,45 @@ TPDegree = Literal[1, 2, 4, 8]
 """GPUs per replica (tensor-parallel degree) that vLLM supports within one node."""
 
 
+MIN_MAX_TPUT = 1e-3
+"""Smallest non-zero MaxTput (req/s per replica): a replica slower than one request in 1000 s
+serves nothing; at 1e-300 the joint ILP, which plans every service together, failed for all."""
+
+
 class SloTable(ApiModel):
     """Mélange's table form: MaxTput per bucket at one TPOT SLO."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self.maxTput.all(r, r.all(v, v == 0.0 || v >= {MIN_MAX_TPUT}))",
+                    "message": "maxTput values must be 0 (cannot serve) or "
+                    f">= {MIN_MAX_TPUT} req/s",
+                    "fieldPath": ".maxTput",
+                }
+            ]
+        }
+    )
 
     tpot_ms: float = Field(gt=0, description="The TPOT SLO these throughputs were measured at.")
     max_tput: list[Row] = matrix_field(
         "Highest req/s meeting the SLO, one row per input bucket; 0 = cannot serve."
     )
 
+    @model_validator(mode="after")
+    def _check_tiny(self) -> Self:
+        for i, row in enumerate(self.max_tput):
+            if any(0 < v < MIN_MAX_TPUT for v in row):
+                raise ValueError(
+                    f"maxTput[{i}]: values must be 0 (cannot serve) or >= {MIN_MAX_TPUT} req/s, "
+                    f"got {row}"
+                )
+        return self
+
 
 class RatePoint(ApiModel):
-    rate: float = Field(ge=0, description="Offered request rate (req/s).")
+    rate: float = Field(ge=0, le=1e6, description="Offered request rate (req/s).")
     tpot_ms: float = Field(ge=0, description="Mean TPOT observed at that rate.")
     ttft_ms: float | None = Field(default=None, ge=0, description="Mean TTFT at that rate.")
 

@@ -248,8 +248,9 @@ class Batch(ApiModel):
     backlog_requests: float | None = Field(
         default=None,
         ge=0,
-        description="Requests queued now (set by whatever queues the batch); with source "
-        "Prometheus the pods' waiting requests are added.",
+        le=1e9,
+        description="Requests queued now, at most a billion (set by whatever queues the batch); "
+        "with source Prometheus the pods' waiting requests are added.",
     )
 
 
@@ -630,6 +631,7 @@ class LLMService(Resource):
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     )
 
+    max_name_length: ClassVar[int | None] = 63
     kind: Literal["LLMService"] = "LLMService"
     spec: LLMServiceSpec
     status: LLMServiceStatus | None = None

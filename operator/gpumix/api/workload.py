@@ -6,6 +6,11 @@ from pydantic import ConfigDict, Field, model_validator
 
 from gpumix.api.buckets import BucketGrid, Row, check_matrix, matrix_field, matrix_shape_cel
 
+MAX_REQUEST_RATE = 1e6
+"""Requests per second a workload may ask for. A million is far beyond any one service; at 1e100
+req/s the joint ILP (which plans every service together) failed for all of them, and already at
+1e4 req/s a single service takes every GPU of the test cluster."""
+
 
 class Workload(BucketGrid):
     """What the service must carry. `Static` plans for the numbers here; `Prometheus` observes
@@ -27,7 +32,11 @@ class Workload(BucketGrid):
     )
 
     source: Literal["Static", "Prometheus"] = "Static"
-    request_rate: float = Field(ge=0, description="Requests per second across all buckets.")
+    request_rate: float = Field(
+        ge=0,
+        le=MAX_REQUEST_RATE,
+        description="Requests per second across all buckets (at most a million).",
+    )
     histogram: list[Row] = matrix_field(
         "One row per input bucket, one column per output bucket: non-negative shares of "
         "requests, normalised by their sum (counts or fractions both work)."
@@ -51,6 +60,7 @@ class Workload(BucketGrid):
 
     def bucket_rates(self) -> list[list[float]]:
         """Req/s per bucket that the allocator must place, over-provisioning included."""
+        # Shares first (each <= 1): rate / total overflows when every positive cell is denormal.
         total = sum(map(sum, self.histogram))
-        scale = self.request_rate * (1.0 + self.over_provision) / total
-        return [[scale * w for w in row] for row in self.histogram]
+        rate = self.request_rate * (1.0 + self.over_provision)
+        return [[rate * (w / total) for w in row] for row in self.histogram]

@@ -54,7 +54,10 @@ class ServiceObservation(BaseModel):
 def round_up(rate: float, digits: int = RATE_DIGITS) -> float:
     if rate <= 0 or not math.isfinite(rate):
         return max(0.0, rate) if math.isfinite(rate) else 0.0
-    scale = 10 ** (digits - 1 - math.floor(math.log10(rate)))
+    exponent = digits - 1 - math.floor(math.log10(rate))
+    if exponent > 300:  # a denormal rate: 10**exponent is no float (found by test_fuzz_api.py)
+        return rate
+    scale = 10**exponent
     return float(math.ceil(rate * scale - 1e-9) / scale)
 
 
