@@ -392,6 +392,8 @@ class ProcessRecord:
     pid: int
     binary: str
     log: str
+    args: list[str] = field(default_factory=list)
+    """What it was started with, so that ``start_component`` can start it again."""
 
 
 @dataclass
@@ -473,9 +475,14 @@ class Cluster:
                 start_new_session=self.detach,
             )
         self._popen[proc.pid] = proc
-        self.processes.append(
-            ProcessRecord(name, proc.pid, os.path.realpath(binary), str(log_path))
-        )
+        record = ProcessRecord(name, proc.pid, os.path.realpath(binary), str(log_path), list(args))
+        # A restarted component keeps its place (``stop`` goes newest first).
+        for i, old in enumerate(self.processes):
+            if old.name == name:
+                self.processes[i] = record
+                break
+        else:
+            self.processes.append(record)
         self.save()
 
     def _record(self, name: str) -> ProcessRecord:
@@ -519,24 +526,69 @@ class Cluster:
         With ``remove_state=False`` the logs and kubeconfigs stay (etcd data and PKI go).
         """
         for record in reversed(self.processes):
-            if self._running(record):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(record.pid, signal.SIGTERM)
-                deadline = time.monotonic() + timeout
-                while self._running(record) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                if self._running(record):
-                    log(f"{record.name} (pid {record.pid}) ignored SIGTERM for {timeout}s; killing")
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(record.pid, signal.SIGKILL)
-            if (proc := self._popen.pop(record.pid, None)) is not None:
-                proc.wait()
+            self._stop_process(record, signal.SIGTERM, timeout)
         if remove_state:
             shutil.rmtree(self.dir, ignore_errors=True)
         else:
             for sub in ("etcd", "pki"):
                 shutil.rmtree(self.dir / sub, ignore_errors=True)
             (self.dir / "cluster.json").unlink(missing_ok=True)
+
+    def _stop_process(self, record: ProcessRecord, sig: signal.Signals, timeout: float) -> None:
+        if self._running(record):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record.pid, sig)
+            deadline = time.monotonic() + timeout
+            while self._running(record) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self._running(record):
+                log(f"{record.name} (pid {record.pid}) ignored {sig.name} for {timeout}s; killing")
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(record.pid, signal.SIGKILL)
+        if (proc := self._popen.pop(record.pid, None)) is not None:
+            proc.wait()
+
+    # ---- faults: one component down and up again (tests/e2e/test_chaos.py)
+
+    def stop_component(
+        self, name: str, sig: signal.Signals = signal.SIGTERM, timeout: float = 20.0
+    ) -> None:
+        """Stop one process (``etcd``, ``kube-apiserver``, ``kube-controller-manager``,
+        ``kube-scheduler``, ``kwok``) with ``sig`` (SIGKILL: a crash); its data stays."""
+        self._stop_process(self._record(name), sig, timeout)
+
+    def start_component(self, name: str, *, timeout: float = 120.0) -> None:
+        """Start a stopped process again, with the binary, arguments, ports and data directory
+        it had, and wait until it is ready (etcd /health, apiserver /readyz, /healthz)."""
+        record = self._record(name)
+        if self._running(record):
+            raise ClusterError(f"{name} is running (pid {record.pid})")
+        if not record.args:
+            raise ClusterError(f"{name}: no arguments recorded (a cluster.json from before)")
+        self._spawn(name, Path(record.binary), record.args)
+        alive = self._check_alive(name)
+        health = loopback_health_context()
+        probes: dict[str, Callable[[], bool | None]] = {
+            "etcd": lambda: http_ok(f"http://127.0.0.1:{self.ports['etcd-client']}/health"),
+            "kube-apiserver": lambda: bool(self.api().get("/readyz")) or None,
+            "kube-controller-manager": lambda: http_ok(
+                f"https://127.0.0.1:{self.ports['controller-manager']}/healthz", health
+            ),
+            "kube-scheduler": lambda: http_ok(
+                f"https://127.0.0.1:{self.ports['scheduler']}/healthz", health
+            ),
+        }
+        probe = probes.get(name, lambda: True)  # KWOK: running is all we can tell
+        wait_for(f"{name} ready", probe, timeout=timeout, alive=alive)
+        log(f"{name} restarted (pid {self._record(name).pid})")
+
+    def restart_component(
+        self, name: str, sig: signal.Signals = signal.SIGTERM, down_s: float = 0.0
+    ) -> None:
+        """``stop_component``, ``down_s`` seconds down, ``start_component``."""
+        self.stop_component(name, sig)
+        time.sleep(down_s)
+        self.start_component(name)
 
     # ---- startup
 
@@ -809,6 +861,12 @@ def cmd_nodes(args: argparse.Namespace) -> None:
             print(name)
 
 
+def cmd_restart(args: argparse.Namespace) -> None:
+    cluster = Cluster.load(_cluster_dir(args))
+    sig = signal.SIGKILL if args.kill else signal.SIGTERM
+    cluster.restart_component(args.component, sig, args.down)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="hack/cluster", description=__doc__.split("\n\n")[0])
     where = argparse.ArgumentParser(add_help=False)
@@ -824,6 +882,16 @@ def parser() -> argparse.ArgumentParser:
         func=cmd_down
     )
     sub.add_parser("status", parents=[where], help="show processes").set_defaults(func=cmd_status)
+    restart = sub.add_parser(
+        "restart", parents=[where], help="stop one component and start it again (same data)"
+    )
+    restart.add_argument(
+        "component",
+        choices=["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"],
+    )
+    restart.add_argument("--kill", action="store_true", help="SIGKILL (a crash), not SIGTERM")
+    restart.add_argument("--down", type=float, default=0.0, help="seconds to stay down")
+    restart.set_defaults(func=cmd_restart)
 
     nodes = sub.add_parser("nodes", help="list, add or delete KWOK GPU nodes")
     actions = nodes.add_subparsers(dest="action", required=True)

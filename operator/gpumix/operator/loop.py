@@ -90,6 +90,8 @@ class Planner:
         self.budget_per_hour = budget_per_hour
         self._exported: set[tuple[str, str]] = set()
         """Services with metrics series, so that deleted ones are forgotten."""
+        self._reported: dict[str, set[tuple[str, str]]] = {}
+        """By service uid: the events (reason, message) the last pass that wrote any wrote."""
         self._pools_served = True
         """Whether the apiserver served the InferencePool kind when last asked."""
         self.ready = asyncio.Event()
@@ -150,6 +152,8 @@ class Planner:
         for gone in self._exported - decision.services.keys():
             metrics.forget(*gone)
         self._exported = set(decision.services)
+        uids = {b["metadata"].get("uid") for b in self.view.objects["services"].values()}
+        self._reported = {uid: evs for uid, evs in self._reported.items() if uid in uids}
         for key, sd in decision.services.items():
             body = self.view.objects["services"].get(key)
             if body is None:
@@ -204,9 +208,21 @@ class Planner:
                 patch: dict[str, Any] = dict.fromkeys(old_keys - new.keys())
                 self._guard("service-status", self.writer.patch_service_status, ns, name,
                             {**patch, **new})  # fmt: skip
+            # A pass that reads a status older than its own last write (the watch catching up,
+            # e.g. reconnecting after an apiserver restart) decides the same transition again:
+            # report it once (found by tests/e2e/test_chaos.py: two PlanChanged for one change).
+            uid = body["metadata"]["uid"]
+            written = set()
             for ev in sd.events:
-                self._guard("event", self.writer.event, body, ev.type, ev.reason, ev.message, now)
+                if (ev.reason, ev.message) in self._reported.get(uid, set()):
+                    continue
+                if self._guard(
+                    "event", self.writer.event, body, ev.type, ev.reason, ev.message, now
+                ):
+                    written.add((ev.reason, ev.message))
                 log.info("%s/%s %s: %s", ns, name, ev.reason, ev.message)
+            if written:
+                self._reported[uid] = written
 
     @staticmethod
     def _guard(stage: str, fn: Any, *args: Any) -> bool:

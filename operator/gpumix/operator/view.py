@@ -60,7 +60,10 @@ class ClusterView:
             profiles=list(o["profiles"].values()),
             nodes=[node_info(b) for b in o["nodes"].values()],
             pods=[pod_info(b) for b in o["pods"].values()],
-            running=running_services(o["deployments"].values()),
+            # No nodes listed yet (start-up): nothing to tell stranded pods by.
+            running=running_services(
+                o["deployments"].values(), o["pods"].values(), {n for _, n in o["nodes"]} or None
+            ),
             autoscalers=autoscaler_targets(o["hpas"].values()),
             config_maps={
                 r: o["configmaps"][r] for r in self.config_map_refs() if r in o["configmaps"]

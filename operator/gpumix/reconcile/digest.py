@@ -1,6 +1,6 @@
 """Raw Kubernetes objects → the few facts the planner needs (pure, so it is unit-tested)."""
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from gpumix.problem import option_key
@@ -52,10 +52,44 @@ def pod_info(body: dict[str, Any]) -> PodInfo:
     )
 
 
-def running_services(deployments: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Running]:
+def _option(labels: dict[str, str]) -> str:
+    return option_key(labels.get(POOL_LABEL, ""), _quantity(labels.get(TP_LABEL, "1")) or 1)
+
+
+def stranded_pods(
+    pods: Iterable[dict[str, Any]], nodes: Collection[str]
+) -> dict[tuple[str, str, str], int]:
+    """Ready pods of gpumix's engine Deployments bound to a node that no longer exists, per
+    (namespace, service, option). Their Deployment still counts them available — no kubelet is
+    left to say otherwise, and pod GC deletes them only after its 40 s quarantine — but they
+    serve nothing: make-before-break must not count them (found by tests/e2e/test_chaos.py: a
+    node deleted mid-rollout let the old pool go while the new one served one replica short)."""
+    out: dict[tuple[str, str, str], int] = {}
+    for body in pods:
+        meta, spec = body.get("metadata", {}), body.get("spec") or {}
+        labels = meta.get("labels") or {}
+        node, service = spec.get("nodeName"), labels.get(SERVICE_LABEL)
+        if not service or POOL_LABEL not in labels or not node or node in nodes:
+            continue
+        conditions = (body.get("status") or {}).get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        if ready and not meta.get("deletionTimestamp"):
+            key = (meta.get("namespace", ""), service, _option(labels))
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def running_services(
+    deployments: Iterable[dict[str, Any]],
+    pods: Iterable[dict[str, Any]] = (),
+    nodes: Collection[str] | None = None,
+) -> dict[tuple[str, str], Running]:
     """(namespace, service) → replicas, available replicas, GPUs per replica and Deployment name,
     per option (:func:`gpumix.problem.option_key`: the pool, plus ``-tp<k>`` for k-GPU replicas).
+    Given the cluster's `pods` and `nodes` (names), pods on nodes that are gone do not count as
+    available (:func:`stranded_pods`).
     """
+    stranded = stranded_pods(pods, nodes) if nodes is not None else {}
     acc: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for body in deployments:
         meta = body.get("metadata", {})
@@ -66,9 +100,11 @@ def running_services(deployments: Iterable[dict[str, Any]]) -> dict[tuple[str, s
         spec = body.get("spec") or {}
         entry = acc.setdefault((meta.get("namespace", ""), service), {
             "replicas": {}, "ready": {}, "gpus_per_replica": {}, "names": {}})  # fmt: skip
-        key = option_key(pool, _quantity(labels.get(TP_LABEL, "1")) or 1)
+        key = _option(labels)
         entry["replicas"][key] = int(spec.get("replicas", 1))
-        entry["ready"][key] = int((body.get("status") or {}).get("availableReplicas") or 0)
+        available = int((body.get("status") or {}).get("availableReplicas") or 0)
+        lost = stranded.get((meta.get("namespace", ""), service, key), 0)
+        entry["ready"][key] = max(0, available - lost)
         template = (spec.get("template") or {}).get("spec") or {}
         entry["gpus_per_replica"][key] = pod_spec_gpus(template) or 1
         entry["names"][key] = meta.get("name", "")
