@@ -51,8 +51,12 @@ from gpumix.reconcile.rollout import summary
 
 COST_TOLERANCE = 1e-6
 SLO_AT_RISK = "SLOAtRisk"
-PREDICTIONS_KEPT = 256
-"""Predictions cached (by digest of their inputs): more than the services one operator plans."""
+PREDICTIONS_KEPT = 4096
+"""Predictions cached (by digest of their inputs): several per service of a 500-service fleet.
+With fewer entries than services a pass evicts what the next one needs and every pass
+simulates every service again (500 keys read in the same order each pass all miss a FIFO of 256)."""
+BASELINES_KEPT = 4096
+"""Single-type baselines cached (:func:`_baselines`), for the same reason."""
 
 log = logging.getLogger("gpumix.planner")
 _predictions: dict[str, PredictedAttainment | str] = {}
@@ -101,7 +105,7 @@ class ServiceDecision(BaseModel):
     the pods are rendered with it (``--max-model-len``). None: a model gpumix has no shape of."""
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=BASELINES_KEPT)
 def _baselines(instance_json: str, time_limit_s: float) -> dict[str, Allocation | None]:
     """Mélange §6.1's single-type baselines, one per option; pure, so cached across passes."""
     instance = AllocationInstance.model_validate_json(instance_json)

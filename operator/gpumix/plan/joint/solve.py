@@ -15,6 +15,8 @@ model linear in ``α``.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ import pulp
 
 from gpumix.plan.errors import InvalidAllocationError, SolverError
 from gpumix.plan.instance import Bucket
-from gpumix.plan.joint import benders
+from gpumix.plan.joint import benders, contention
 from gpumix.plan.joint import model as jm
 from gpumix.plan.joint.balance import balanced
 from gpumix.plan.joint.instance import JointInstance, Objective, Priority, ServiceDemand
@@ -33,6 +35,11 @@ from gpumix.plan.joint.validate import validate_joint
 from gpumix.plan.result import SolveResult, SolverName
 from gpumix.plan.solvers import run
 
+DECOMPOSE_FROM = 16
+"""Services from which the joint min-cost plan starts from each service's own plan (cached) and
+decomposes by contention (:func:`_by_service`) before the full joint solve."""
+OWN_PLANS_KEPT = 4096
+"""Single-service plans kept (:func:`_own_plan`): a few per service of a large fleet."""
 FALLBACK_MIN_S = 5.0
 """Seconds the compact model still gets when the Benders loop gave up near the time limit."""
 STAGE_TOL = 1e-7
@@ -187,10 +194,12 @@ def _next_stage(
 
 
 def _coupled(instance: JointInstance) -> bool:
-    """Whether a pool limit or the cluster budget can couple services. When one can, the
-    Benders decomposition is tried directly: at scale the separate solves mostly end in an
-    overflow (``bench/joint.py``: 0.2–0.3 s of 1.2 s), and when nothing binds it finds the
-    same plan in about twice their time (0.3 s for 6 services)."""
+    """Whether a pool limit or the cluster budget can couple services. When one can, a small
+    fleet goes to the Benders decomposition directly: there the separate solves mostly end in
+    an overflow (``bench/joint.py``: 0.2–0.3 s of 1.2 s), and when nothing binds it finds the
+    same plan in about twice their time (0.3 s for 6 services). From ``DECOMPOSE_FROM``
+    services on, the full joint solve stops at its time limit far from its bound
+    (``bench/scale.py``) and the cached separate solves come first."""
     return instance.budget_per_hour is not None or any(p.gpus is not None for p in instance.pools)
 
 
@@ -201,30 +210,98 @@ def _separately(
 
     Only pools and the cluster budget couple services, so relaxing them gives a lower bound
     on the joint optimum; a union that satisfies them reaches it (optimal to ``gap``). This is
-    the common case (nothing contended) and costs one small solve per service.
+    the common case (nothing contended) and costs one small solve per service, cached
+    (:func:`_own_plan`): a pass after one service changed solves that one service again.
     """
-    if len(instance.services) < 2:
+    parts = _own_plans(instance, solver, limit, gap)
+    if parts is None or not contention.fits(instance, _allocs(parts)):
         return None
-    parts: list[JointAllocation] = []
-    for service in instance.services:
-        alone = instance.model_copy(update={"services": [service], "budget_per_hour": None})
-        model = jm.build(alone, fractional=False, partial=False)
-        model.problem.setObjective(jm.cost_expr(alone, model) + jm.churn_expr(alone, model))
-        stages: list[SolveResult] = []
-        if _solve(model, solver, limit, gap, stages).status == "infeasible":
-            return None
-        parts.append(_read(alone, model, stages, Objective.MIN_COST))
-        # Stop as soon as the union overflows: the remaining services only add to it.
-        pool_gpus = {p.name: sum(part.pool_gpus[p.name] for part in parts) for p in instance.pools}
-        cost = sum(part.cost_per_hour for part in parts)
-        if any(p.gpus is not None and pool_gpus[p.name] > p.gpus for p in instance.pools):
-            return None
-        if instance.budget_per_hour is not None and cost > instance.budget_per_hour:
-            return None
     stages = [stage for part in parts for stage in part.stages]
     status = "optimal" if all(r.status == "optimal" for r in stages) else "feasible"
     message = f"{len(parts)} services solved separately; no pool or budget binds"
     return _union(instance, parts, stages, status, message)
+
+
+@functools.lru_cache(maxsize=OWN_PLANS_KEPT)
+def _own_plan(
+    alone_json: str, solver: SolverName, limit: float, gap: float
+) -> JointAllocation | None:
+    """The cheapest full plan of a one-service instance (``None``: none), cached by the
+    instance: plans are pure functions of it, and the operator replans on every event."""
+    alone = JointInstance.model_validate_json(alone_json)
+    try:
+        return _full_service(alone, solver, limit, gap, [], decompose=True)
+    except SolverError:
+        return None
+
+
+def _own_plans(
+    instance: JointInstance, solver: SolverName, limit: float, gap: float
+) -> list[JointAllocation] | None:
+    """Every service's own cheapest full plan in the whole pools, without the cluster budget
+    (the relaxation :func:`_separately` and :func:`_by_service` start from); ``None`` when a
+    service has none (the degradation stages decide then)."""
+    if len(instance.services) < 2:
+        return None
+    pools = [p.model_dump(mode="json") for p in instance.pools]
+    parts = []
+    for service in instance.services:
+        alone = {"services": [service.model_dump(mode="json")], "pools": pools,
+                 "budget_per_hour": None, "allow_partial": False}  # fmt: skip
+        part = _own_plan(json.dumps(alone, sort_keys=True), solver, limit, gap)
+        if part is None:
+            return None
+        parts.append(part)
+    return parts
+
+
+def _allocs(parts: list[JointAllocation]) -> dict[str, ServiceAllocation]:
+    return {name: alloc for part in parts for name, alloc in part.services.items()}
+
+
+def _by_service(
+    instance: JointInstance, parts: list[JointAllocation], solver: SolverName, limit: float,
+    gap: float,
+) -> JointAllocation | None:  # fmt: skip
+    """The joint plan, decomposed by contention (:mod:`gpumix.plan.joint.contention`): only
+    the services whose own plans compete for an overflowing pool are solved jointly, the
+    others keep their own optimum; ``None`` when every service contends (the full joint
+    solve is then the only one) or the contended solve finds no plan in time."""
+    start = time.perf_counter()
+    over = sorted(contention.overflowing(instance, _allocs(parts)))
+    members = contention.contended(instance, _allocs(parts), set())
+    while members and len(members) < len(instance.services):
+        left = limit - (time.perf_counter() - start)
+        if left <= 0:
+            return None
+        try:
+            joint = _full_service(
+                contention.restricted(instance, members), solver, left, gap, [], decompose=True
+            )
+        except SolverError:
+            return None
+        if joint is None:
+            return None
+        merged = [part for i, part in enumerate(parts) if i not in members] + [joint]
+        grown = contention.contended(instance, _allocs(merged), members)
+        if grown != members:
+            members = grown
+            continue
+        bound = contention.bound(instance, parts, members, joint)
+        objective = sum(part.cost_per_hour + part.churn_cost for part in merged)
+        plan_gap = max(0.0, 1 - bound / objective) if objective > 0 else 0.0
+        status = "optimal" if plan_gap <= gap + 1e-12 else "feasible"
+        message = (
+            f"decomposed: {len(members)} of {len(parts)} services contend for "
+            f"{', '.join(over)} and were solved jointly, the others keep their own optimum "
+            f"(gap {plan_gap:.2%} to the bound); {joint.result.message}"
+        )
+        stages = [stage for part in merged for stage in part.stages]
+        union = _union(instance, merged, stages, status, message)
+        seconds = time.perf_counter() - start
+        result = union.result.model_copy(update={"gap": plan_gap, "seconds": seconds})
+        return union.model_copy(update={"result": result})
+    return None
 
 
 def _union(
@@ -272,10 +349,10 @@ def _in_turn_plan(
     """
 
     def solve_one(alone: JointInstance) -> JointAllocation | None:
-        try:  # one service's solve is small: it gets the time a fallback gets, at least
-            return _full_service(alone, solver, max(limit, FALLBACK_MIN_S), gap, [], decompose=True)
-        except SolverError:  # no plan in time: no floor either
-            return None
+        # One service's solve is small: it gets the time a fallback gets, at least; no plan
+        # in time: no floor either (cached, as the services before it leave the same pools
+        # from pass to pass).
+        return _own_plan(alone.model_dump_json(), solver, max(limit, FALLBACK_MIN_S), gap)
 
     planned = [plan for _, plan in in_turn(instance, solve_one)]
     parts = [plan for plan in planned if plan is not None]
@@ -345,10 +422,19 @@ def _min_cost(
     stages: list[SolveResult] = []
     any_unservable = any(s.unservable() for s in instance.services)
     decomposed = decompose and solver == "highs" and benders.applicable(instance)
-    if not any_unservable and not (decomposed and _coupled(instance)):
+    if not any_unservable and (
+        len(instance.services) >= DECOMPOSE_FROM or not (decomposed and _coupled(instance))
+    ):
         separate = _separately(instance, solver, limit, gap)
         if separate is not None:
             return separate
+        parts = _own_plans(instance, solver, limit, gap) if decomposed else None
+        if parts is not None and len(parts) >= DECOMPOSE_FROM and instance.budget_per_hour is None:
+            by_service = _by_service(instance, parts, solver, limit, gap)
+            if by_service is not None and by_service.result.status == "optimal":
+                return by_service
+            if by_service is not None:
+                return _at_least_in_turn(instance, by_service, solver, limit, gap)
     partial = instance.allow_partial
     if not any_unservable:
         try:
