@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 from operator_harness import Env, Operator, running_operator, wait
-from test_router import GPUMIX, RouterProcess, SimEngines, free_port
 from test_router import MODEL as SERVED
+from test_router import RouterProcess, SimEngines
 
 from gpumix.reconcile.kvmigration import ADMIN_URL_ANNOTATION
 from gpumix.route.engines import ENGINE_URL_ANNOTATION
@@ -32,25 +32,6 @@ from gpumix_e2e import KubeTarget
 pytestmark = pytest.mark.e2e
 
 MODEL = "meta-llama/Llama-2-7b-hf"
-
-
-class MigratableRouter(RouterProcess):
-    """`gpumix route --service … --migratable`, as the operator runs the router of a service whose
-    KV loop moves streams through it (here from the start: kvMigration is enabled once the
-    streams run, and the router that relays them must be able to move them)."""
-
-    def __init__(self, kube: KubeTarget, namespace: str, service: str, log: Path) -> None:
-        self.port, admin = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.admin = f"http://127.0.0.1:{admin}"
-        args = [GPUMIX, "route", "--service", service, "--namespace", namespace,
-                "--context", kube.context, "--bind", "127.0.0.1",
-                "--port", str(self.port), "--admin-port", str(admin), "--migratable"]  # fmt: skip
-        if kube.kubeconfig is not None:
-            args += ["--kubeconfig", str(kube.kubeconfig)]
-        self.log = log
-        with log.open("w") as out:
-            self.proc = subprocess.Popen(args, stderr=out)
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +199,9 @@ def test_the_kv_scheduler_empties_a_pod_through_the_router_on_stock_engines(
     try:
         for pod, url in zip(pods, sim.urls["a10g"], strict=True):
             annotate(env, pod.metadata.name, ENGINE_URL_ANNOTATION, url)
-        router = MigratableRouter(kube, env.ns, "kvr", tmp_path / "router.log")
+        # --migratable, as the operator runs the router of a service whose KV loop moves streams
+        # through it (here from the start: kvMigration is enabled once the streams run).
+        router = RouterProcess(kube, env.ns, "kvr", tmp_path / "router.log", "--migratable")
         router.wait_ready()
         [router_pod] = env.core.list_namespaced_pod(
             env.ns, label_selector="gpumix.io/router=kvr"

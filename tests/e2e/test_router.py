@@ -55,15 +55,18 @@ class SimEngines:
 
 
 class RouterProcess:
-    """`gpumix route --service` as the router Deployment runs it, here on 127.0.0.1."""
+    """`gpumix route --service` as the router Deployment runs it, here on 127.0.0.1 (with
+    ``extra`` flags, e.g. ``--migratable``)."""
 
-    def __init__(self, kube: KubeTarget, namespace: str, service: str, log: Path) -> None:
+    def __init__(
+        self, kube: KubeTarget, namespace: str, service: str, log: Path, *extra: str
+    ) -> None:
         self.port, admin = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.admin = f"http://127.0.0.1:{admin}"
         args = [GPUMIX, "route", "--service", service, "--namespace", namespace,
                 "--context", kube.context, "--bind", "127.0.0.1",
-                "--port", str(self.port), "--admin-port", str(admin)]  # fmt: skip
+                "--port", str(self.port), "--admin-port", str(admin), *extra]  # fmt: skip
         if kube.kubeconfig is not None:
             args += ["--kubeconfig", str(kube.kubeconfig)]
         self.log = log

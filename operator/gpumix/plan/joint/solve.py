@@ -16,7 +16,6 @@ model linear in ``α``.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -204,16 +203,16 @@ def _coupled(instance: JointInstance) -> bool:
 
 
 def _separately(
-    instance: JointInstance, solver: SolverName, limit: float, gap: float
+    instance: JointInstance, parts: list[JointAllocation] | None
 ) -> JointAllocation | None:
-    """Each service on its own; their union when it fits the pools and the cluster budget.
+    """Each service on its own (``parts``: :func:`_own_plans`); their union when it fits the
+    pools and the cluster budget.
 
     Only pools and the cluster budget couple services, so relaxing them gives a lower bound
     on the joint optimum; a union that satisfies them reaches it (optimal to ``gap``). This is
     the common case (nothing contended) and costs one small solve per service, cached
     (:func:`_own_plan`): a pass after one service changed solves that one service again.
     """
-    parts = _own_plans(instance, solver, limit, gap)
     if parts is None or not contention.fits(instance, _allocs(parts)):
         return None
     stages = [stage for part in parts for stage in part.stages]
@@ -243,12 +242,10 @@ def _own_plans(
     service has none (the degradation stages decide then)."""
     if len(instance.services) < 2:
         return None
-    pools = [p.model_dump(mode="json") for p in instance.pools]
     parts = []
-    for service in instance.services:
-        alone = {"services": [service.model_dump(mode="json")], "pools": pools,
-                 "budget_per_hour": None, "allow_partial": False}  # fmt: skip
-        part = _own_plan(json.dumps(alone, sort_keys=True), solver, limit, gap)
+    for i in range(len(instance.services)):
+        alone = contention.restricted(instance, {i})
+        part = _own_plan(alone.model_dump_json(), solver, limit, gap)
         if part is None:
             return None
         parts.append(part)
@@ -422,14 +419,13 @@ def _min_cost(
     stages: list[SolveResult] = []
     any_unservable = any(s.unservable() for s in instance.services)
     decomposed = decompose and solver == "highs" and benders.applicable(instance)
-    if not any_unservable and (
-        len(instance.services) >= DECOMPOSE_FROM or not (decomposed and _coupled(instance))
-    ):
-        separate = _separately(instance, solver, limit, gap)
+    fleet = len(instance.services) >= DECOMPOSE_FROM
+    if not any_unservable and (fleet or not (decomposed and _coupled(instance))):
+        parts = _own_plans(instance, solver, limit, gap)
+        separate = _separately(instance, parts)
         if separate is not None:
             return separate
-        parts = _own_plans(instance, solver, limit, gap) if decomposed else None
-        if parts is not None and len(parts) >= DECOMPOSE_FROM and instance.budget_per_hour is None:
+        if decomposed and fleet and parts is not None and instance.budget_per_hour is None:
             by_service = _by_service(instance, parts, solver, limit, gap)
             if by_service is not None and by_service.result.status == "optimal":
                 return by_service
