@@ -581,6 +581,18 @@ class Cluster:
         probe = probes.get(name, lambda: True)  # KWOK: running is all we can tell
         wait_for(f"{name} ready", probe, timeout=timeout, alive=alive)
         log(f"{name} restarted (pid {self._record(name).pid})")
+        if name in ("etcd", "kube-apiserver") and self._running(self._record("kwok")):
+            self._resync_kubelets()
+
+    def _resync_kubelets(self) -> None:
+        """Restart KWOK after etcd or the apiserver came back, so that it replays every pod's
+        stage. KWOK v0.8.0 drops a pod-status patch the apiserver answered with a 500 during
+        the outage (``shouldRetry`` in its controllers/utils.go retries only refused
+        connections, timeouts, 503 and 429) and never syncs that pod again: a new pod stayed
+        Pending for good in the chaos suite's etcd scenario. A kubelet re-syncs every pod
+        each sync period; the restart stands in for that."""
+        self.stop_component("kwok")
+        self.start_component("kwok")
 
     def restart_component(
         self, name: str, sig: signal.Signals = signal.SIGTERM, down_s: float = 0.0

@@ -31,10 +31,10 @@ def configure(settings: kopf.OperatorSettings, log_json: bool) -> None:
         prefix=GROUP, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
-    # A watch the apiserver leaves open but silent (after an etcd restart it delivered nothing
-    # for 3 minutes: tests/e2e/test_chaos.py) is re-opened within a minute, so the view the
-    # planner reads is never staler than that; the client timeout covers a server that never
-    # ends the stream.
+    # The server ends each watch after a minute and kopf resumes it from the last
+    # resourceVersion (no re-list), so a stream dropped silently on the way (a proxy, a load
+    # balancer) costs at most a minute of a stale view; the client timeout covers a server
+    # that never ends the stream.
     settings.watching.server_timeout = 60
     settings.watching.client_timeout = 90
     settings.networking.request_timeout = 60
