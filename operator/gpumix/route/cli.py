@@ -18,12 +18,12 @@ import kopf
 from aiohttp import web
 from pydantic import ValidationError
 
-from gpumix.cliargs import Parser, fail, positive_int, tcp_port
+from gpumix.cliargs import Parser, fail, positive_float, positive_int, tcp_port
 from gpumix.operator.run import api_client
 from gpumix.render.deployment import ADMIN_PORT
 from gpumix.route.engines import Engines
 from gpumix.route.picker import Picker, start_grpc
-from gpumix.route.proxy import Proxy
+from gpumix.route.proxy import ENGINE_TIMEOUT_S, Proxy
 from gpumix.route.table import RoutingTable
 from gpumix.route.watch import start_watches
 
@@ -85,6 +85,15 @@ def add_parser(sub: argparse._SubParsersAction[Parser]) -> None:
         help="requests one pod may hold before its pool answers 429 (default: 256)",
     )
     route.add_argument(
+        "--engine-timeout",
+        type=positive_float,
+        default=ENGINE_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"longest an engine may send nothing (default {ENGINE_TIMEOUT_S:.0f}): a request "
+        "that waited this long for its first byte is tried on another pod, a stream silent "
+        "this long ends with an error event; a non-streamed answer must come within it",
+    )
+    route.add_argument(
         "--admin-port",
         type=tcp_port,
         default=ADMIN_PORT,
@@ -135,7 +144,11 @@ def run_router(args: argparse.Namespace) -> int:
     proxy = (
         Picker(max_inflight=args.max_inflight_per_pod)
         if args.ext_proc_port is not None
-        else Proxy(max_inflight=args.max_inflight_per_pod, migration=args.migratable)
+        else Proxy(
+            max_inflight=args.max_inflight_per_pod,
+            migration=args.migratable,
+            engine_timeout_s=args.engine_timeout,
+        )
     )
     if static:
         table = _static_table(args.routing_file)

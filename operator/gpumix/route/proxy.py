@@ -54,6 +54,11 @@ BYTES_PER_TOKEN = 4
 
 MOVE_TIMEOUT_S = 60.0
 """How long a move request waits for the target's first token before answering 'pending'."""
+ENGINE_TIMEOUT_S = 300.0
+"""Longest an engine may send nothing (``--engine-timeout``): above any wait for a first token
+in an engine's queue that a plan meeting its SLO allows, below forever."""
+QUICK = aiohttp.ClientTimeout(total=5.0)
+"""``/tokenize`` and ``/v1/models``: small answers, and a request waits for them."""
 
 _FAST = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.5)
 _SLOW = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -182,10 +187,12 @@ class Proxy:
         *,
         max_inflight: int | None = None,
         migration: bool = False,
+        engine_timeout_s: float = ENGINE_TIMEOUT_S,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self.max_inflight = max_inflight
         self.migration = migration
+        self.engine_timeout_s = engine_timeout_s
         self.metrics = RouterMetrics(registry or CollectorRegistry())
         self.metrics.registry.register(_Inflight(self))
         self.relays: dict[str, Relay] = {}
@@ -262,8 +269,10 @@ class Proxy:
 
     async def _client(self, _: web.Application) -> Any:
         # One pool of keep-alive connections to the engines; no total timeout (streams last as
-        # long as the answer), a bounded connect so a dead pod is retried quickly.
-        timeout = aiohttp.ClientTimeout(total=None, connect=5.0)
+        # long as the answer), a bounded connect so a dead pod is retried quickly, and a bound
+        # on silence so a hung engine (accepting, never answering) cannot hold a request for
+        # good: before the first byte the request goes elsewhere, after it the stream ends.
+        timeout = aiohttp.ClientTimeout(total=None, connect=5.0, sock_read=self.engine_timeout_s)
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False)
         self._session = aiohttp.ClientSession(
             timeout=timeout, connector=connector, auto_decompress=False
@@ -292,7 +301,7 @@ class Proxy:
     async def models(self, _: web.Request) -> web.StreamResponse:
         for url in sorted(self.urls.values()):
             try:
-                async with self.session.get(url + "/v1/models") as upstream:
+                async with self.session.get(url + "/v1/models", timeout=QUICK) as upstream:
                     body = await upstream.read()
                     return web.Response(
                         body=body, status=upstream.status, content_type="application/json"
@@ -606,7 +615,9 @@ class Proxy:
             query["prompt"] = body.get("prompt", "")
         for pod in sorted(self.urls, key=lambda p: (core.ledger.requests(p), p))[:2]:
             try:
-                async with self.session.post(self.urls[pod] + "/tokenize", json=query) as answer:
+                async with self.session.post(
+                    self.urls[pod] + "/tokenize", json=query, timeout=QUICK
+                ) as answer:
                     if answer.status == 200:
                         count = (await answer.json()).get("count")
                         if isinstance(count, int):

@@ -54,8 +54,13 @@ class Engines:
         self.urls = [json.loads(self.proc.stdout.readline())["url"] for _ in range(count)]
 
     def kill(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)  # a frozen engine must be able to die
         self.proc.send_signal(signal.SIGKILL)
         self.proc.communicate(timeout=10)
+
+    def freeze(self) -> None:
+        """A hung engine: the kernel still accepts its connections, nothing answers."""
+        self.proc.send_signal(signal.SIGSTOP)
 
 
 class Router:

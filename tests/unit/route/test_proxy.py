@@ -153,6 +153,39 @@ def test_an_engine_killed_mid_stream_ends_the_stream_with_an_error(tmp_path: Pat
             doomed.kill()
 
 
+def test_a_hung_engine_is_left_for_another_before_the_first_byte_and_ends_a_stream_after(
+    engines: Engines, tmp_path: Path
+) -> None:
+    hung = Engines("a10g=1", speed=1.0)
+    small = engines.urls[0]
+    r = Router(tmp_path, [("small", hung.urls[0]), ("large", hung.urls[0]), ("small", small)],
+               "--engine-timeout", "1")  # fmt: skip
+    try:
+        # Mid-stream: the stream ends with an error event about a second after the engine hangs.
+        conn, resp = r.open_stream(5, 2000)
+        hung.freeze()
+        started = time.monotonic()
+        rest = resp.read().decode()
+        assert time.monotonic() - started < 10
+        events = [line[6:] for line in rest.split("\n") if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        assert "stopped before the answer ended" in json.loads(events[-2])["error"]["message"]
+        conn.close()
+        # Before the first byte: small requests that land on the hung pod are tried on the other.
+        with r.client() as oai:
+            for _ in range(4):
+                out = oai.completions.create(model=MODEL, prompt=words(5), max_tokens=3)
+                assert out.usage is not None and out.usage.completion_tokens == 3
+        retries = {
+            labels: v for (name, labels), v in r.metrics().items()
+            if name == "gpumix_router_retries_total"
+        }  # fmt: skip
+        assert retries and all("Timeout" in dict(k)["reason"] for k in retries), retries
+    finally:
+        r.stop()
+        hung.kill()
+
+
 def test_a_client_that_disconnects_aborts_the_request_on_the_engine(tmp_path: Path) -> None:
     engine = Engines("a10g=1", speed=1.0)
     r = Router(tmp_path, [("small", engine.urls[0]), ("large", engine.urls[0])])
@@ -206,6 +239,7 @@ def test_a_pool_at_its_inflight_limit_sheds_with_429(engines: Engines, tmp_path:
         (["--routing-file", "missing.json", "--engine", "small=http://x:1"], "No such file"),
         (["--routing-file", "routing.json", "--engine", "small"], "is not POOL=http://HOST:PORT"),
         (["--engine", "small=http://x:1", "--max-inflight-per-pod", "0"], "at least 1"),
+        (["--engine", "small=http://x:1", "--engine-timeout", "0"], "--engine-timeout"),
         (["--routing-file", "routing.json", "--engine", "small=http://x:1", "--migratable",
           "--admin-port", "0"], "--migratable needs the admin API"),
     ],
