@@ -323,6 +323,12 @@ def offline(
     change_cap = timed_pass.last  # type: ignore[attr-defined]
     key = (victim["metadata"]["namespace"], victim["metadata"]["name"])
     replanned = change.services[key].target != steady.services[key].target
+    # Plans that moved with nothing changed for them: the steady pass against the cold plan
+    # applied, and the change pass's other services (what would be rollouts for nothing).
+    steady_moved = sum(steady.services[k].target != cold.services[k].target for k in cold.services)
+    others_moved = sum(
+        change.services[k].target != steady.services[k].target for k in steady.services if k != key
+    )
 
     # The joint solve alone on the cold pass's instance, against one-at-a-time and the bound.
     instance = JointInstance.model_validate_json(instance_json)
@@ -369,6 +375,8 @@ def offline(
         "pass_change_solve_s": round(change_cap.solve_s, 3),
         "pass_change_joint_solves": change_cap.calls,
         "change_replanned": replanned,
+        "steady_plans_moved": steady_moved,
+        "change_other_plans_moved": others_moved,
         "joint_s": round(joint_s, 3),
         "joint_status": joint.result.status,
         "joint_gap": gap,
@@ -631,6 +639,8 @@ def print_offline(r: dict[str, Any]) -> None:
           f"after one rate change {r['pass_change_s']:.2f} s "
           f"({r['pass_change_solve_s']:.2f} s solving; "
           f"replanned: {r['change_replanned']})")  # fmt: skip
+    print(f"  plans moved with nothing changed for them: {r['steady_plans_moved']} in the steady "
+          f"pass, {r['change_other_plans_moved']} besides the changed service")  # fmt: skip
     print(f"  joint solve alone: {r['joint_s']:.2f} s, {r['joint_status']}, gap "
           f"{r['joint_gap']}, {r['joint_cost']:.2f} $/h, bound {r['bound']} "
           f"(objective/bound {r['joint_vs_bound']}); {r['joint_message']}")  # fmt: skip

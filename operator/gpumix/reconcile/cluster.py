@@ -14,8 +14,11 @@ the loop `gpumix plan --planner slo` closes offline (:func:`gpumix.attainment.pl
 simulate each service's plan, derate the MaxTput of the options whose pools miss the target
 (:func:`gpumix.attainment.derate_step`) and solve the joint ILP again, for at most
 ``DERATING_ROUNDS`` rounds (:func:`_plan_to_targets`), never at the cost of another service's
-traffic. Each service's factors are kept in status.derating and the next pass starts from them
-(``MAX_ROUNDS`` at most, as offline), until its spec's generation changes.
+traffic. The search runs to its end in the pass that starts it (a new spec generation): the
+factors it found are kept in status.derating and later passes plan with them and search no
+further, so an unchanged cluster is planned the same way pass after pass. Spread over passes,
+as it was, every pass of a search changed the plan of services that nothing had changed (20
+services: 3-5 plan changes a pass, each a rollout).
 """
 
 import functools
@@ -98,12 +101,10 @@ from gpumix.render import deployment_name
 
 GAP_REL = 0.01
 """Relative MIP gap of the operator's joint solve (the plan's gap is in the solve result)."""
-DERATING_ROUNDS = 3
-"""Joint re-solves a pass spends on services predicted below their target, each one ILP solve
-plus one simulation per service (0.2-0.8 s each; cached by what they read). Few, because passes
-run on every pod event and a target more rounds would reach is reached over the next passes
-(they start from the factors kept in status); an unchanged cluster replays cached solves and
-predictions."""
+DERATING_ROUNDS = MAX_ROUNDS
+"""Joint re-solves the pass that starts a search may spend on services predicted below their
+target, each one ILP solve plus one simulation per service (0.2-0.8 s each; cached by what they
+read): the offline loop's bound. Later passes of the same generation spend none."""
 
 log = logging.getLogger("gpumix.planner")
 
@@ -432,6 +433,7 @@ def _plan_to_targets(
     anything else ends the loop with the rounds so far: derating may only improve on the first
     plan."""
     start = {c.key: _kept_derating(c) for c in candidates}
+    searching = {c.key for c in candidates if start[c.key] is None}
     _, rates = _joint_instance(candidates, available, snap.budget_per_hour, {})
 
     def solved(factors: dict[ObjectKey, dict[str, float]], steps: dict[ObjectKey, int]) -> _Round:
@@ -449,16 +451,18 @@ def _plan_to_targets(
         }  # fmt: skip
         return _Round(factors=factors, steps=steps, plan=plan, predicted=predicted)
 
-    rounds = [solved({k: f for k, (f, _) in start.items()}, {k: n for k, (_, n) in start.items()})]
-    for _ in range(DERATING_ROUNDS):
-        step = _derate(candidates, rounds[-1])
+    kept = {k: v or ({}, 0) for k, v in start.items()}
+    rounds = [solved({k: f for k, (f, _) in kept.items()}, {k: n for k, (_, n) in kept.items()})]
+    for _ in range(DERATING_ROUNDS if searching else 0):
+        step = _derate([c for c in candidates if c.key in searching], rounds[-1])
         if step is None:
             break
         try:
             trial = solved(*step)
-        except Exception:  # the plans so far stand
+        except Exception:  # the plans so far stand; the search is tried again next pass
             log.warning("derating round %d failed; keeping the plans so far", len(rounds),
                         exc_info=True)  # fmt: skip
+            searching.clear()
             break
         if not _serves_as_much(trial, rounds[0]):
             break  # capacity ran out: derating further only leaves traffic unserved
@@ -476,11 +480,20 @@ def _plan_to_targets(
     if len(rounds) > 1:
         log.info("attainment loop: %d derating rounds; derating kept: %s", len(rounds) - 1,
                  {_demand_name(k): f for k, f in final.factors.items() if f})  # fmt: skip
+    # A search ends here when it ran (rounds allowed) on a prediction; otherwise (no
+    # prediction, a failed round) the next pass searches again.
+    ended = {
+        k for k in searching
+        if DERATING_ROUNDS and isinstance(rounds[0].predicted[k], PredictedAttainment)
+    }  # fmt: skip
     return _Targeted(
         plan=final.plan,
         rates=rates,
         predicted=final.predicted,
-        derating={c.key: _derating_status(c, final) for c in candidates},
+        derating={
+            c.key: _derating_status(c, final, ended=c.key in ended or start[c.key] is not None)
+            for c in candidates
+        },
     )
 
 
@@ -494,13 +507,13 @@ def _met(c: "_Candidate", r: _Round) -> float | None:
     return predicted.met if isinstance(predicted, PredictedAttainment) else None
 
 
-def _kept_derating(c: "_Candidate") -> tuple[dict[str, float], int]:
-    """The factors (and rounds) status keeps for this service, when found for its current
-    spec generation and for options it still has; otherwise none: a new spec (other SLO,
-    model, pools) starts over."""
+def _kept_derating(c: "_Candidate") -> tuple[dict[str, float], int] | None:
+    """The factors (and rounds) of the search status keeps for this service, when it ran for
+    its current spec generation (for the options it still has); ``None``: no search has, and
+    this pass runs one (a new spec, other SLO, model or pools, starts over)."""
     kept = c.previous.derating if c.previous is not None else None
     if kept is None or kept.observed_generation != c.generation:
-        return {}, 0
+        return None
     return {o: f for o, f in kept.factors().items() if o in c.problem.choices}, kept.rounds
 
 
@@ -509,12 +522,12 @@ Step = tuple[dict[ObjectKey, dict[str, float]], dict[ObjectKey, int]]
 
 
 def _derate(candidates: list["_Candidate"], last: _Round) -> Step | None:
-    """The next round's factors: services predicted below target, fully served (what misses
-    for want of capacity is not MaxTput's doing), with misses that are not just requests that
-    miss even alone, take one :func:`gpumix.attainment.derate_step`; ``None`` when none do.
-    Over all passes of one spec generation a service is derated at most ``MAX_ROUNDS`` times,
-    the offline loop's bound: a target out of reach (a TTFT SLO that long prompts miss alone)
-    otherwise buys replicas pass after pass for ever smaller gains."""
+    """The next round's factors: the ``candidates`` (those searching) predicted below target,
+    fully served (what misses for want of capacity is not MaxTput's doing), with misses that are
+    not just requests that miss even alone, take one :func:`gpumix.attainment.derate_step`;
+    ``None`` when none do. A service is derated at most ``MAX_ROUNDS`` times, the offline loop's
+    bound: a target out of reach (a TTFT SLO that long prompts miss alone) otherwise buys
+    replicas for ever smaller gains."""
     factors, steps = dict(last.factors), dict(last.steps)
     for c in candidates:
         predicted = last.predicted[c.key]
@@ -563,11 +576,13 @@ def _reached_count(candidates: list["_Candidate"], r: _Round) -> tuple[int, floa
     return reached, -r.plan.cost_per_hour
 
 
-def _derating_status(c: "_Candidate", r: _Round) -> DeratingStatus | None:
+def _derating_status(c: "_Candidate", r: _Round, *, ended: bool) -> DeratingStatus | None:
+    """What status keeps of the search: present (even with no factor) once it has ended for
+    this generation, which is what tells later passes not to search again."""
     options = [
         OptionDerating(option=o, factor=f) for o, f in sorted(r.factors[c.key].items()) if f < 1
     ]
-    if not options and not r.steps[c.key]:
+    if not ended and not options and not r.steps[c.key]:
         return None
     return DeratingStatus(observed_generation=c.generation, options=options, rounds=r.steps[c.key])
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from gpumix.attainment import MAX_ROUNDS, PoolAttainment, PredictedAttainment, derate_step
+from gpumix.attainment import PoolAttainment, PredictedAttainment, derate_step
 from gpumix.plan import SolverError
 from gpumix.plan.joint import JointAllocation
 from gpumix.reconcile import cluster
 from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
-from gpumix.reconcile.service import ServiceDecision
+from gpumix.reconcile.service import Running, ServiceDecision
 
 from .test_cluster_pass import cond, profiles, service, snap
 
@@ -133,7 +133,8 @@ def test_derating_never_takes_another_services_capacity() -> None:
     d = planned(service("chat", 2, "t0", **A10G_ONLY), batch)
     assert (d.services[KEY].target, d.services[other].target) == ({"a10g": 3}, {"a10g": 1})
     assert d.services[other].status.unserved_fraction is None
-    assert d.services[KEY].status.derating is None
+    derating = d.services[KEY].status.derating  # searched: no factor kept
+    assert derating is not None and derating.rounds == 0 and not derating.options
     assert cond(d.services[KEY].status, "SLOAtRisk")[:2] == ("True", "BelowTarget")
 
 
@@ -147,15 +148,37 @@ def test_misses_no_capacity_recovers_are_not_derated_for(
     assert len(solves) == solved
 
 
-def test_derating_stops_after_the_offline_loops_rounds(solves: list[str]) -> None:
-    """Rounds count over every pass of a generation: at MAX_ROUNDS the loop stops."""
+def test_a_search_ended_for_this_generation_is_not_taken_up_again(solves: list[str]) -> None:
+    """Status says a search ran for generation 1 and kept no factor: that pass's plan stands
+    (one solve); the same status for an older generation is searched afresh."""
     body = service("chat", 2, "t0", **A10G_ONLY)
-    body["status"] = {"derating": {"observedGeneration": 1, "rounds": MAX_ROUNDS}}
+    body["status"] = {"derating": {"observedGeneration": 1, "rounds": 0}}
     sd = chat(body)
     assert len(solves) == 1 and sd.target == {"a10g": 3}
-    assert sd.status.derating is not None and sd.status.derating.rounds == MAX_ROUNDS
-    body["status"]["derating"]["rounds"] = MAX_ROUNDS - 1
+    assert sd.status.derating is not None and sd.status.derating.rounds == 0
+    body["metadata"] = {**body["metadata"], "generation": 2}
     assert chat(body).target == {"a10g": 4}
+
+
+def test_a_search_runs_to_its_end_in_one_pass_and_later_passes_change_nothing() -> None:
+    """Two services derated within the pools they share, one round allowed (a search cut
+    short, as a longer one is by MAX_ROUNDS): the second pass, with the first's statuses and
+    its plan running, plans the same replicas and reports no change."""
+    bodies = [service("chat", 5.5, "t0"), service("small", 2, "t1", pools=["a10g", "l4"])]
+    first = planned(*bodies, rounds=1)
+    again = planned(
+        *(with_status(b, first.services[("default", b["metadata"]["name"])]) for b in bodies),
+        running={
+            k: Running(replicas=t, ready=t) for k, sd in first.services.items()
+            if (t := {o: n for o, n in (sd.target or {}).items() if n})
+        },
+        rounds=1,
+    )  # fmt: skip
+    for key, sd in first.services.items():
+        assert sd.status.derating is not None and sd.status.derating.rounds == 1
+        assert again.services[key].target == sd.target, key
+        assert again.services[key].status.derating == sd.status.derating
+        assert "PlanChanged" not in [e.reason for e in again.services[key].events]
 
 
 def test_a_solver_failure_after_the_first_plan_applies_the_first_plan(

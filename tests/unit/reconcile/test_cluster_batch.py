@@ -135,8 +135,8 @@ def test_unserved_reservation_puts_the_deadline_at_risk() -> None:
 
 
 def test_repeated_passes_leave_status_unchanged() -> None:
-    """Once the attainment loop has settled (it goes on in later passes, at most
-    DERATING_ROUNDS a pass, while a target is not reached), a pass changes nothing."""
+    """Once the attainment loop has run (in the first pass of a generation), a pass changes
+    nothing."""
     lender = chat()
     body = nightly(backlogRequests=100000)
     for k in range(5):
