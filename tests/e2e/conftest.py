@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from operator_harness import GROUP, VERSION, Env, Operator
+from operator_harness import GROUP, VERSION, Env, Operator, free_port
 
 from gpumix_e2e import KubeTarget
 
@@ -25,3 +25,9 @@ def env(kube: KubeTarget, operator: Operator) -> Iterator[Env]:
             e.delete_and_wait(item["metadata"]["name"])
         kube.kubectl("delete", "namespace", ns, "--wait=false")
     assert operator.alive(), "the operator exited"
+
+
+@pytest.fixture(scope="module")
+def prometheus_port() -> int:
+    """A port for a module's Prometheus, known before the operator that reads it starts."""
+    return free_port()

@@ -84,11 +84,6 @@ def table() -> Iterator[list[Recovery]]:
 
 
 @pytest.fixture(scope="module")
-def prometheus_port() -> int:
-    return free_port()
-
-
-@pytest.fixture(scope="module")
 def operator(
     kube: KubeTarget, tmp_path_factory: pytest.TempPathFactory, prometheus_port: int
 ) -> Iterator[Operator]:

@@ -28,7 +28,7 @@ from typing import Any
 from urllib.request import urlopen
 
 import pytest
-from observe_harness import Traffic, free_port, running_prometheus, sim_pods
+from observe_harness import Traffic, running_prometheus, sim_pods
 from operator_harness import Env, Operator, running_operator, wait
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -39,11 +39,6 @@ pytestmark = pytest.mark.e2e
 WINDOW_S = 10
 LOW, HIGH = 3.0, 6.0
 PROMPT, OUTPUT = 300, 100
-
-
-@pytest.fixture(scope="module")
-def prometheus_port() -> int:
-    return free_port()
 
 
 @pytest.fixture(scope="module")

@@ -453,6 +453,7 @@ def _plan_to_targets(
 
     kept = {k: v or ({}, 0) for k, v in start.items()}
     rounds = [solved({k: f for k, (f, _) in kept.items()}, {k: n for k, (_, n) in kept.items()})]
+    failed = False
     for _ in range(DERATING_ROUNDS if searching else 0):
         step = _derate([c for c in candidates if c.key in searching], rounds[-1])
         if step is None:
@@ -462,7 +463,7 @@ def _plan_to_targets(
         except Exception:  # the plans so far stand; the search is tried again next pass
             log.warning("derating round %d failed; keeping the plans so far", len(rounds),
                         exc_info=True)  # fmt: skip
-            searching.clear()
+            failed = True
             break
         if not _serves_as_much(trial, rounds[0]):
             break  # capacity ran out: derating further only leaves traffic unserved
@@ -480,12 +481,12 @@ def _plan_to_targets(
     if len(rounds) > 1:
         log.info("attainment loop: %d derating rounds; derating kept: %s", len(rounds) - 1,
                  {_demand_name(k): f for k, f in final.factors.items() if f})  # fmt: skip
-    # A search ends here when it ran (rounds allowed) on a prediction; otherwise (no
-    # prediction, a failed round) the next pass searches again.
+    # A search ends here when it ran (rounds allowed, none failed) on a prediction. Otherwise
+    # status keeps only factors a round found, and with none the next pass searches again.
+    ran = DERATING_ROUNDS > 0 and not failed
     ended = {
-        k for k in searching
-        if DERATING_ROUNDS and isinstance(rounds[0].predicted[k], PredictedAttainment)
-    }  # fmt: skip
+        k for k in searching if ran and isinstance(rounds[0].predicted[k], PredictedAttainment)
+    }
     return _Targeted(
         plan=final.plan,
         rates=rates,
