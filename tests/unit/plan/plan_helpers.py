@@ -9,6 +9,7 @@ from fractions import Fraction
 from hypothesis import strategies as st
 
 from gpumix.plan import AllocationInstance, GPUOption
+from gpumix.plan.model import MIN_CAPACITY_LOAD, MIN_CAPACITY_RATIO
 
 
 def instance(
@@ -104,19 +105,26 @@ def instances(
 
 
 def exact_brute_force_cost(
-    inst: AllocationInstance, *, per_row: bool = False, slack: float = 0.0
+    inst: AllocationInstance, *, per_row: bool = False, slack: float = 0.0, rounded: bool = False
 ) -> float | None:
     """:func:`brute_force_cost` in exact rational arithmetic.
 
     Loads are :class:`~fractions.Fraction` s of the float rates and MaxTputs, so a bucket of
     1e-9 req/s weighs exactly that, and a type that takes any of it needs a whole unit however
     small the load. A type needs ``ceil(load - slack)`` units otherwise: ``slack`` > 0 gives a
-    lower bound on what a solver may buy within its capacity tolerance. ``per_row``: one split
+    lower bound on what a solver may buy within its capacity tolerance. ``rounded``: each slice
+    counts at least the floor :func:`~gpumix.plan.model.capacity_loads` rounds its type's row up
+    to, as the model counts it (the model's optimum, an upper bound). ``per_row``: one split
     per input row, applied to every bucket of the row (the routable formulation). Only for tiny
     instances.
     """
     s_factor = inst.slice_factor
     buckets = inst.buckets_with_traffic()
+    floors = [Fraction(0)] * len(inst.gpus)
+    if rounded:
+        for k in range(len(inst.gpus)):
+            row = [x for b in buckets if (x := inst.slice_load(k, b)) is not None]
+            floors[k] = Fraction(max(MIN_CAPACITY_LOAD, MIN_CAPACITY_RATIO * max(row, default=0.0)))
     groups = sorted({i for i, _ in buckets}) if per_row else buckets
     n_types = len(inst.gpus)
     splits = [
@@ -134,7 +142,8 @@ def exact_brute_force_cost(
                 if n and tput <= 0:
                     ok = False
                 elif n:
-                    loads[k] += n * Fraction(inst.rates[i][j]) / (s_factor * Fraction(tput))
+                    load = Fraction(inst.rates[i][j]) / (s_factor * Fraction(tput))
+                    loads[k] += n * max(load, floors[k])
         if not ok:
             continue
         cost = _cost(
