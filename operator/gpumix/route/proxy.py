@@ -13,10 +13,11 @@ in-flight limit, the router answers 429 rather than queue where the plan has no 
 With ``migration`` on (``gpumix route --migratable``: the service's ``kvMigration`` goes through
 the router), streams that can be continued exactly (:func:`gpumix.route.continuation.refusal`)
 are relayed by a :class:`~gpumix.route.relay.Relay`, which can move them to another pod
-mid-answer; off, every stream is relayed as it comes (no event is parsed). The admin app (its
-own port, not behind the Service) lists what is in flight per pod, either way, and takes moves:
-the MELL KV loop's way to migrate on stock vLLM (issue #16); without migration it refuses every
-move (reason ``migration-off``).
+mid-answer (a chat without a cap takes the rest of its first pod's context, which the router asks
+each pod's ``/v1/models`` for once); off, every stream is relayed as it comes (no event is
+parsed). The admin app (its own port, not behind the Service) lists what is in flight per pod,
+either way, and takes moves: the MELL KV loop's way to migrate on stock vLLM (issue #16); without
+migration it refuses every move (reason ``migration-off``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from gpumix.route.body import error_body, max_tokens_of, prompt_tokens_given
-from gpumix.route.continuation import Progress, refusal, request_with_token_ids
+from gpumix.route.continuation import (
+    Progress,
+    max_model_len_of,
+    refusal,
+    request_with_token_ids,
+)
 from gpumix.route.core import Decision, PoolFullError, RoutingCore
 from gpumix.route.engines import Engines
 from gpumix.route.predict import histogram_prior
@@ -202,6 +208,8 @@ class Proxy:
         self.table: RoutingTable | None = None
         self.engines: Engines = {}
         self.urls: dict[str, str] = {}
+        self.max_model_lens: dict[str, int] = {}
+        """Each pod's context length, once learnt (:meth:`_max_model_len`)."""
         self.core: RoutingCore | None = None
         self._ids = itertools.count()
         self._session: aiohttp.ClientSession | None = None
@@ -225,6 +233,7 @@ class Proxy:
             return
         self.engines = {pool: dict(pods) for pool, pods in engines.items()}
         self.urls = {pod: url for pods in engines.values() for pod, url in pods.items()}
+        self.max_model_lens = {p: n for p, n in self.max_model_lens.items() if p in self.urls}
         self._rebuild()
         log.info("engines", extra={"pods": {p: sorted(pods) for p, pods in engines.items()}})
 
@@ -515,6 +524,7 @@ class Proxy:
             )
             await response.prepare(request)
             if progress is not None and upstream.status == 200:
+                progress.max_model_len = await self._max_model_len(decision.pod)
                 self.metrics.added_ttft.observe(sent - start + time.perf_counter() - received)
                 leg = Leg(pod=decision.pod, pool=decision.pool, upstream=upstream, sent=sent)
                 relay = Relay(rid=rid, progress=progress, response=response, core=core,
@@ -602,6 +612,22 @@ class Proxy:
     def _count(self, response: web.Response) -> web.Response:
         self.metrics.responses.labels(str(response.status)).inc()
         return response
+
+    async def _max_model_len(self, pod: str) -> int | None:
+        """``pod``'s context length, from its ``/v1/models``: asked until it answers, then
+        kept (a pod's engine arguments never change); None while unknown."""
+        known = self.max_model_lens.get(pod)
+        if known is not None:
+            return known
+        try:
+            async with self.session.get(self.urls[pod] + "/v1/models", timeout=QUICK) as answer:
+                models = await answer.json() if answer.status == 200 else None
+        except (TimeoutError, aiohttp.ClientError, ValueError):
+            return None
+        known = max_model_len_of(models)
+        if known is not None:
+            self.max_model_lens[pod] = known
+        return known
 
     async def _tokenize(self, body: dict[str, Any]) -> int:
         """The prompt's token count from an engine's ``/tokenize`` (the least busy pod: all serve

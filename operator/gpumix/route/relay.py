@@ -39,7 +39,6 @@ from gpumix.route.continuation import (
     for_client,
     observe,
     parse_event,
-    spans_stop,
 )
 from gpumix.route.core import RoutingCore
 
@@ -281,7 +280,6 @@ class Relay:
 
     def refusal(self, pod: str | None = None) -> str | None:
         """Why the stream cannot move now (to ``pod``), or None."""
-        p = self.progress
         if self.done:
             return "finished"
         if self.target is not None:
@@ -290,13 +288,7 @@ class Relay:
             return "source-failed"
         if pod is not None and pod == self.current.pod:
             return "same-pod"
-        if not p.prompt_ids:
-            return "no-token-ids"
-        if p.remaining() <= 0:
-            return "finishing"
-        if spans_stop(p.text, p.stops):
-            return "stop-string-boundary"
-        return None
+        return self.progress.refusal()
 
     def request_move(self, pod: str, pool: str) -> asyncio.Future[MoveResult]:
         """Begin moving the stream to ``pod``: the continuation goes out now (between two

@@ -101,7 +101,8 @@ _E2E_BUCKETS = (
 _POLL_S = 0.1
 """Wall seconds between checks that a waiting client is still connected."""
 DEFAULT_MAX_TOKENS = 16
-"""Output length when a request gives no `max_tokens` (vLLM's completions default)."""
+"""Output length when a completion gives no `max_tokens` (vLLM's completions default; a chat's
+is the rest of the context, as in vLLM's `get_max_tokens`)."""
 
 
 class ApiError(Exception):
@@ -580,7 +581,8 @@ class _Generation:
             prompt = _prompt_ids(body.get("prompt"))
             max_tokens = body.get("max_tokens")
         if max_tokens is None:
-            max_tokens = DEFAULT_MAX_TOKENS
+            # A chat's prompt that fills the context asks for 1: the length check refuses it.
+            max_tokens = max(1, max_model_len - len(prompt)) if chat else DEFAULT_MAX_TOKENS
         if type(max_tokens) is not int or max_tokens < 1:
             raise ApiError("`max_tokens` must be an integer >= 1", "max_tokens")
         if body.get("n", 1) not in (1, None):
@@ -668,9 +670,12 @@ def make_handler(pod: RealtimePod) -> type[BaseHTTPRequestHandler]:
             elif path == "/metrics":
                 self._send(200, pod.metrics.expose(), CONTENT_TYPE_LATEST)
             elif path == "/v1/models":
-                self._json(
-                    200, {"object": "list", "data": [{"id": pod.model_name, "object": "model"}]}
-                )
+                card = {
+                    "id": pod.model_name,
+                    "object": "model",
+                    "max_model_len": pod.engine.max_tokens,
+                }
+                self._json(200, {"object": "list", "data": [card]})
             elif path == "/admin/requests":
                 e = pod.engine
                 self._json(

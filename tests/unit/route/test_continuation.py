@@ -13,6 +13,7 @@ from gpumix.route.continuation import (
     continuation_body,
     first_leg_event,
     for_client,
+    max_model_len_of,
     observe,
     parse_event,
     refusal,
@@ -44,7 +45,7 @@ STREAM = {"model": "m", "prompt": [5, 6, 7], "max_tokens": 10, "stream": True}
         ({"presence_penalty": 0.5}, False, "penalties"),
         ({"frequency_penalty": 0.0}, False, None),
         ({"repetition_penalty": 1.2}, False, None),  # counts prompt and output alike
-        ({"max_tokens": None}, True, "no-max-tokens"),
+        ({"max_tokens": None}, True, None),  # its cap comes with its pod: Progress.refusal
         ({"max_tokens": None, "max_completion_tokens": 9}, True, None),
         ({"prompt": ["a", "b"]}, False, "batch-prompt"),
         ({"prompt": "some text"}, False, None),
@@ -89,6 +90,60 @@ def test_the_continuation_asks_for_what_is_left_from_token_ids() -> None:
     assert body["temperature"] == 0.0 and body["stop"] == ["x"] and body["user"] == "u"
     assert body["return_token_ids"] is True and body["stream_options"] == {"include_usage": True}
     assert "messages" not in body and "echo" not in body
+
+
+@pytest.mark.parametrize(
+    ("chat", "cap", "max_model_len", "remaining", "reason"),
+    [
+        (False, {}, None, 16 - 4, None),  # vLLM's completions default
+        (False, {"max_tokens": 4}, None, 0, "finishing"),
+        (True, {"max_completion_tokens": 9}, None, 9 - 4, None),
+        (True, {}, 100, 100 - 3 - 4, None),  # vLLM's chat default: the rest of the context
+        (True, {}, 7, 0, "finishing"),
+        (True, {}, None, None, "no-max-tokens"),  # the first pod's context is unknown
+    ],
+)
+def test_what_is_left_is_the_first_pods_cap_less_what_was_generated(
+    chat: bool, cap: dict[str, int], max_model_len: int | None, remaining: int | None,
+    reason: str | None,
+) -> None:  # fmt: skip
+    p = progress(**{"max_tokens": None, **cap})
+    p.chat, p.max_model_len = chat, max_model_len
+    assert (p.remaining(), p.refusal()) == (remaining, reason)
+    if reason is None:
+        assert continuation_body(p)["max_tokens"] == remaining
+
+
+def test_a_chat_without_a_cap_continues_with_the_rest_of_the_context() -> None:
+    p = progress(max_tokens=None, messages=[{"role": "user", "content": "hi"}])
+    p.chat, p.max_model_len = True, 4096
+    body = continuation_body(p)
+    assert body["prompt"] == [5, 6, 7, 40, 41, 42, 43]
+    assert len(body["prompt"]) + body["max_tokens"] == 4096  # what the first pod would stop at
+
+
+def test_a_stream_is_continued_only_once_it_has_its_ids_and_not_inside_a_stop_string() -> None:
+    p = progress(stop=["w2 w3"])
+    p.prompt_ids = []
+    assert p.refusal() == "no-token-ids"
+    p.prompt_ids, p.text = [5, 6, 7], " w1 w2"
+    assert p.refusal() == "stop-string-boundary"
+
+
+@pytest.mark.parametrize(
+    ("models", "length"),
+    [
+        ({"object": "list", "data": [{"id": "m", "object": "model", "max_model_len": 4096}]},
+         4096),
+        ({"data": [{"id": "lora", "root": "/a"}, {"id": "m", "max_model_len": 2048}]}, 2048),
+        ({"data": [{"id": "m", "object": "model"}]}, None),  # an engine that does not say
+        ({"data": [{"id": "m", "max_model_len": None}]}, None),
+        ({"data": "x"}, None),
+        (None, None),
+    ],
+)  # fmt: skip
+def test_the_context_length_is_read_from_the_model_cards(models: Any, length: int | None) -> None:
+    assert max_model_len_of(models) == length
 
 
 def test_the_first_leg_asks_for_ids_and_usage_and_keeps_the_clients_options() -> None:

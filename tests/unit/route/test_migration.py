@@ -43,8 +43,13 @@ def router(engines: Engines, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def admin(router: Router, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    return call(router.admin + path, body)
+
+
+def call(url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    """GET ``url``, or POST ``body`` to it: the status and the JSON answer."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(router.admin + path, data, {"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data, {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=90) as resp:
             return resp.status, json.loads(resp.read())
@@ -147,6 +152,35 @@ def test_a_moved_stream_carries_exactly_the_tokens_of_an_unmoved_one(
     assert all("prompt_token_ids" not in e for e in moved.events[:-1])
     expected = "chat.completion.chunk" if chat else "text_completion"
     assert {e["object"] for e in moved.events[:-1]} == {expected}
+
+
+def test_a_chat_without_a_cap_moves_with_the_rest_of_its_pods_context(
+    router: Router, engines: Engines
+) -> None:
+    """vLLM caps a chat that gives no ``max_tokens`` at the rest of the context (max_model_len
+    − prompt): the router learns max_model_len from the pod and continues with what is left."""
+    url = engines.urls[0]  # both pods alike
+    [card] = call(url + "/v1/models")[1]["data"]
+    context = card["max_model_len"]
+    content = " ".join(f"w{100 + k}" for k in range(context - OUTPUT - 2))  # + role, assistant
+    messages = [{"role": "user", "content": content}]
+    assert call(url + "/tokenize", {"messages": messages})[1]["count"] == context - OUTPUT
+    ask = {"messages": messages, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    reference = Stream(router, "/v1/chat/completions", ask)
+    reference.read()
+
+    moved = Stream(router, "/v1/chat/completions", ask)
+    moved.read(20)
+    rid, source = the_request_on(router)
+    status, result = admin(router, "/admin/migrate", {"id": rid, "to": other(source)})
+    assert (status, result["outcome"]) == (200, "migrated"), result
+    moved.read()
+
+    assert text_of(moved.events, True) == text_of(reference.events, True)
+    one_stream(moved.events)
+    usage = {"prompt_tokens": context - OUTPUT, "completion_tokens": OUTPUT,
+             "total_tokens": context}  # fmt: skip
+    assert moved.events[-2]["usage"] == reference.events[-2]["usage"] == usage
 
 
 def test_token_ids_the_client_asked_for_span_both_legs(router: Router) -> None:

@@ -286,7 +286,9 @@ def test_bad_requests_get_openai_errors(server: PodServer, oai: openai.OpenAI) -
     with urllib.request.urlopen(f"{server.url}/v1/models", timeout=10) as resp:
         assert json.loads(resp.read()) == {
             "object": "list",
-            "data": [{"id": MODEL, "object": "model"}],
+            "data": [
+                {"id": MODEL, "object": "model", "max_model_len": server.pod.engine.max_tokens}
+            ],
         }
     for path in ("/v1/embeddings", "/admin/nothing"):
         code, out = post(f"{server.url}{path}", {})
