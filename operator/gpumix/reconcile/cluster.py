@@ -34,6 +34,7 @@ from gpumix.api import (
     GPUPool,
     GPUPoolStatus,
     GPUProfile,
+    GPUProfileSpec,
     LLMService,
     LLMServiceStatus,
 )
@@ -240,44 +241,25 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
         except ValidationError as err:
             decisions[key] = _invalid_service(body, err, running, snap.now)
             continue
-        prev_status = _status_of(body)
-        prev_workload = prev_status.workload if prev_status is not None else None
-        observation = remembered(snap.observations.get(key), prev_workload, service.spec.workload)
-        decision = decide(service.spec.workload, observation, snap.now)
-        workloads[key], forecasts[key] = with_forecast(service.spec, decision, observation)
-        service = with_workload(service, workloads[key].workload)
         try:
-            shape = service_shape(service, snap.config_maps)
-        except ModelConfigError as err:  # the ConfigMap gives no shape: keep what runs
+            prepared = _prepare(
+                service, body, running=running, snap=snap, pools=pools, profiles=profiles,
+                available=available, per_node=per_node,
+            )  # fmt: skip
+        except Exception as err:  # a gpumix bug on this service's input: plan the others
+            log.exception("preparing the plan of a service raised", extra={"service": key})
             decisions[key] = _keep(
-                previous=prev_status, running=running, reason=MODEL_CONFIG_REASON,
-                message=str(err), generation=generation, now=snap.now,
+                previous=_status_of(body), running=running, reason=INTERNAL_ERROR,
+                message=_internal_message(err), generation=generation, now=snap.now,
             )  # fmt: skip
             continue
-        problem = build_problem(service, pools, profiles, available, per_node, shape=shape)
-        if service.spec.batch is not None:  # own replicas beyond servedBy's spare: batch.py
-            batches[key] = plan_batch(service, problem, snap.services, observation)
-            service = with_workload(service, batches[key].workload)
-            problem = with_rates(problem, service.spec.workload)
-        prev_cal = prev_status.calibration if prev_status is not None else None
-        problem = scaled(problem, factor_of(service.spec.scaling.calibration, prev_cal))
-        excluded = "; ".join(f"{p}: {why}" for p, why in problem.excluded.items())
-        reason = _unplannable(problem, excluded)
-        if reason is not None:
-            decisions[key] = _keep(
-                previous=prev_status, running=running, reason=reason[0], message=reason[1],
-                generation=generation, now=snap.now,
-            )  # fmt: skip
-            continue
-        conflicts = {
-            option: snap.autoscalers[(key[0], deployment_name(key[1], c.pool, c.gpus_per_replica))]
-            for option, c in problem.choices.items()
-            if (key[0], deployment_name(key[1], c.pool, c.gpus_per_replica)) in snap.autoscalers
-        }
-        plannable.append(_Candidate(
-            key=key, service=service, problem=problem, running=running, previous=prev_status,
-            conflicts=conflicts, generation=generation, shape=shape,
-        ))  # fmt: skip
+        workloads[key], forecasts[key] = prepared.workload, prepared.forecast
+        if prepared.batch is not None:
+            batches[key] = prepared.batch
+        if isinstance(prepared.outcome, ServiceDecision):
+            decisions[key] = prepared.outcome
+        else:
+            plannable.append(prepared.outcome)
     # GPUs held by services that keep their last plan are not available to the joint solve.
     for key in decisions:
         for option, gpus in snap.running.get(key, Running()).gpus().items():
@@ -295,36 +277,20 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
                     generation=c.generation, now=snap.now,
                 )  # fmt: skip
         else:
-            plan, rates = joint.plan, joint.rates
+            plan = joint.plan
             by_name = {p.name: p.spec for p in profiles}
             for c in plannable:
-                name = _demand_name(c.key)
-                observation = snap.observations.get(c.key)
-                pacing = pacing_input(
-                    c.service.spec, observation, forecasts[c.key], parse_time(snap.now)
-                )
-                sd = decide_planned(
-                    c.service, generation=c.generation, problem=c.problem,
-                    allocation=plan.services[name], planned_rate=rates[name],
-                    running=c.running, previous=c.previous, conflicts=c.conflicts,
-                    pool_gpus=dict(available), solve=plan.result,
-                    predicted=joint.predicted[c.key], derating=joint.derating[c.key],
-                    now=snap.now, time_limit_s=snap.time_limit_s, pacing=pacing,
-                )  # fmt: skip
-                target = sd.target or {}
-                calibration = calibrate(
-                    c.service.spec.scaling.calibration,
-                    c.previous.calibration if c.previous is not None else None,
-                    observed(observation), problem=c.problem, profiles=by_name,
-                    grid=c.service.spec.workload, counts=target,
-                    share=plan.services[name].share,
-                    steady=all(c.running.ready.get(o, 0) == n == c.running.replicas.get(o, 0)
-                               for o, n in target.items()),
-                )  # fmt: skip
-                status = sd.status.model_copy(
-                    update={"forecast": forecasts[c.key], "calibration": calibration}
-                )
-                decisions[c.key] = sd.model_copy(update={"status": status, "shape": c.shape})
+                try:
+                    decisions[c.key] = _planned(
+                        c, joint, forecast=forecasts[c.key], available=available,
+                        profiles=by_name, snap=snap,
+                    )  # fmt: skip
+                except Exception as err:  # a gpumix bug on this service: the others apply
+                    log.exception("deciding a service's plan raised", extra={"service": c.key})
+                    decisions[c.key] = _keep(
+                        previous=c.previous, running=c.running, reason=INTERNAL_ERROR,
+                        message=_internal_message(err), generation=c.generation, now=snap.now,
+                    )  # fmt: skip
             for name, gpus in plan.pool_gpus.items():
                 statuses[name] = statuses[name].model_copy(update={"planned_gpus": gpus})
     for p in pools:
@@ -349,6 +315,121 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
         pool_status=statuses, services=decisions, invalid=invalid, last_good=last_good,
         inference_pools_served=snap.inference_pools_served,
     )  # fmt: skip
+
+
+INTERNAL_ERROR = "InternalError"
+"""Reason of a service whose planning raised: one service's input that trips a gpumix bug keeps
+its last plan while every other service is planned (before, the whole pass failed for all)."""
+
+
+def _internal_message(err: Exception) -> str:
+    return (
+        f"planning this service failed inside gpumix ({type(err).__name__}: {err}); its last "
+        "plan keeps serving and the other services are planned. This is a gpumix bug: please "
+        "report it with this service's spec and the operator's log"
+    )
+
+
+class _Prepared(BaseModel):
+    """One service made ready for the joint solve: its workload and forecast, its batch plan,
+    and either its candidate or the decision that keeps it out (what runs stays)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    workload: WorkloadDecision
+    forecast: ForecastStatus | None
+    batch: BatchPlan | None = None
+    outcome: "_Candidate | ServiceDecision"
+
+
+def _prepare(
+    service: LLMService,
+    body: dict[str, Any],
+    *,
+    running: Running,
+    snap: Snapshot,
+    pools: list[GPUPool],
+    profiles: list[GPUProfile],
+    available: dict[str, int],
+    per_node: dict[str, int],
+) -> _Prepared:
+    """The workload decision, model shape and allocation problem of a valid ``service``."""
+    key, generation = _key(body), body.get("metadata", {}).get("generation")
+    prev_status = _status_of(body)
+    prev_workload = prev_status.workload if prev_status is not None else None
+    observation = remembered(snap.observations.get(key), prev_workload, service.spec.workload)
+    decision = decide(service.spec.workload, observation, snap.now)
+    workload, forecast = with_forecast(service.spec, decision, observation)
+    service = with_workload(service, workload.workload)
+
+    def keep(reason: str, message: str, batch: BatchPlan | None = None) -> _Prepared:
+        kept = _keep(
+            previous=prev_status, running=running, reason=reason, message=message,
+            generation=generation, now=snap.now,
+        )  # fmt: skip
+        return _Prepared(workload=workload, forecast=forecast, batch=batch, outcome=kept)
+
+    try:
+        shape = service_shape(service, snap.config_maps)
+    except ModelConfigError as err:  # the ConfigMap gives no shape: keep what runs
+        return keep(MODEL_CONFIG_REASON, str(err))
+    problem = build_problem(service, pools, profiles, available, per_node, shape=shape)
+    batch = None
+    if service.spec.batch is not None:  # own replicas beyond servedBy's spare: batch.py
+        batch = plan_batch(service, problem, snap.services, observation)
+        service = with_workload(service, batch.workload)
+        problem = with_rates(problem, service.spec.workload)
+    prev_cal = prev_status.calibration if prev_status is not None else None
+    problem = scaled(problem, factor_of(service.spec.scaling.calibration, prev_cal))
+    excluded = "; ".join(f"{p}: {why}" for p, why in problem.excluded.items())
+    reason = _unplannable(problem, excluded)
+    if reason is not None:
+        return keep(*reason, batch=batch)
+    conflicts = {
+        option: snap.autoscalers[(key[0], deployment_name(key[1], c.pool, c.gpus_per_replica))]
+        for option, c in problem.choices.items()
+        if (key[0], deployment_name(key[1], c.pool, c.gpus_per_replica)) in snap.autoscalers
+    }
+    candidate = _Candidate(
+        key=key, service=service, problem=problem, running=running, previous=prev_status,
+        conflicts=conflicts, generation=generation, shape=shape,
+    )  # fmt: skip
+    return _Prepared(workload=workload, forecast=forecast, batch=batch, outcome=candidate)
+
+
+def _planned(
+    c: "_Candidate",
+    joint: "_Targeted",
+    *,
+    forecast: ForecastStatus | None,
+    available: dict[str, int],
+    profiles: dict[str, GPUProfileSpec],
+    snap: Snapshot,
+) -> ServiceDecision:
+    """``c``'s decision under the joint plan, with its forecast and calibration in status."""
+    plan, name = joint.plan, _demand_name(c.key)
+    observation = snap.observations.get(c.key)
+    pacing = pacing_input(c.service.spec, observation, forecast, parse_time(snap.now))
+    sd = decide_planned(
+        c.service, generation=c.generation, problem=c.problem,
+        allocation=plan.services[name], planned_rate=joint.rates[name],
+        running=c.running, previous=c.previous, conflicts=c.conflicts,
+        pool_gpus=dict(available), solve=plan.result,
+        predicted=joint.predicted[c.key], derating=joint.derating[c.key],
+        now=snap.now, time_limit_s=snap.time_limit_s, pacing=pacing,
+    )  # fmt: skip
+    target = sd.target or {}
+    calibration = calibrate(
+        c.service.spec.scaling.calibration,
+        c.previous.calibration if c.previous is not None else None,
+        observed(observation), problem=c.problem, profiles=profiles,
+        grid=c.service.spec.workload, counts=target,
+        share=plan.services[name].share,
+        steady=all(c.running.ready.get(o, 0) == n == c.running.replicas.get(o, 0)
+                   for o, n in target.items()),
+    )  # fmt: skip
+    status = sd.status.model_copy(update={"forecast": forecast, "calibration": calibration})
+    return sd.model_copy(update={"status": status, "shape": c.shape})
 
 
 class _Candidate(BaseModel):

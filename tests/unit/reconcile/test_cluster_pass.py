@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpumix.reconcile import cluster
 from gpumix.reconcile.capacity import NodeInfo, PodInfo
 from gpumix.reconcile.cluster import Snapshot, plan_cluster
 from gpumix.reconcile.digest import autoscaler_targets, pod_info, running_services
@@ -244,3 +245,33 @@ def test_pool_without_profile_is_named_in_planned() -> None:
     status, reason, message = cond(sd.status, "Planned")
     assert (status, reason) == ("True", "PlanComputed")
     assert "pools left out: h100: no GPUProfile for model 'meta-llama/Llama-2-7b-hf'" in message
+
+
+@pytest.mark.parametrize("stage", ["build_problem", "calibrate"])
+def test_a_service_whose_planning_raises_keeps_its_plan_and_the_others_are_planned(
+    monkeypatch: pytest.MonkeyPatch, stage: str
+) -> None:
+    """A gpumix bug tripped by one service's input (the API fuzzer found four such inputs, each
+    of which stopped planning for every service) is that service's InternalError, before the
+    joint solve (its problem) or after it (its decision)."""
+    real = getattr(cluster, stage)
+
+    def buggy(*args: Any, **kwargs: Any) -> Any:
+        # build_problem(service, ...); calibrate(..., grid=the service's workload): "bad" is
+        # the one at 2 req/s.
+        workload = args[0].spec.workload if stage == "build_problem" else kwargs["grid"]
+        if workload.request_rate == 2.0:
+            raise ZeroDivisionError("float division by zero")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cluster, stage, buggy)
+    running = {("default", "bad"): Running(replicas={"a10g": 2}, ready={"a10g": 2})}
+    bodies = [service("bad", 2.0, "t0"), service("chat", 5.5, "t1")]
+    d = plan_cluster(snap(services=bodies, running=running))
+    bad, chat = d.services[("default", "bad")], d.services[("default", "chat")]
+    assert bad.apply is None  # the Deployments that serve are left as they are
+    status, reason, message = cond(bad.status, "Ready")
+    assert (status, reason) == ("False", "InternalError")
+    assert "ZeroDivisionError" in message and "gpumix bug" in message
+    assert cond(bad.status, "Degraded")[:2] == ("True", "KeepingLastPlan")
+    assert chat.apply is not None and cond(chat.status, "Planned")[:2] == ("True", "PlanComputed")
