@@ -334,7 +334,11 @@ def decide_planned(
             note += f"; pacing ({LABEL[pacing.mode]}) runs {summary(paced)} for now"
         run_target = paced
     staged = rollout.stage(running.replicas, run_target, running.ready)
-    apply = {p: n for p, n in staged.items() if n > 0 and p not in conflicts}
+    # A Deployment on a pool that is gone (GPUPool deleted) is not applied again (nothing says
+    # how to place it) but left serving until the new replicas are ready, then deleted.
+    apply = {
+        p: n for p, n in staged.items() if n > 0 and p not in conflicts and p in problem.choices
+    }
     delete = sorted(
         running.names.get(p, p) for p, n in staged.items() if n == 0 and p in running.replicas
     )
@@ -392,7 +396,8 @@ def decide_planned(
         events.append(EventSpec(type="Warning", reason=SLO_AT_RISK, message=risk.message))
     held = running.gpus()
     for p, n in staged.items():
-        held[p] = max(held.get(p, 0), n * problem.choices[p].gpus_per_replica)
+        per = problem.choices[p].gpus_per_replica if p in problem.choices else None
+        held[p] = max(held.get(p, 0), n * (per or running.gpus_per_replica.get(p, 1)))
     return ServiceDecision(
         apply=apply,
         delete=delete,

@@ -14,6 +14,7 @@ from gpumix.reconcile.service import Running
 from ..conftest import EXAMPLES
 
 NOW = "2026-11-21T12:00:00Z"
+KEY = ("default", "chat")
 CLASSES = {"l4": 1, "a10g": 1, "a100-80gb": 8, "h100": 8}
 
 
@@ -275,3 +276,28 @@ def test_a_service_whose_planning_raises_keeps_its_plan_and_the_others_are_plann
     assert "ZeroDivisionError" in message and "gpumix bug" in message
     assert cond(bad.status, "Degraded")[:2] == ("True", "KeepingLastPlan")
     assert chat.apply is not None and cond(chat.status, "Planned")[:2] == ("True", "PlanComputed")
+
+
+def test_a_deleted_pool_keeps_serving_until_the_new_replicas_are_ready_then_goes() -> None:
+    """The service ran on a GPUPool that was deleted (the API fuzzer's pools, in e2e): before,
+    deciding its plan raised KeyError on the pool, so it was never planned again."""
+    gone = Running(
+        replicas={"gone": 2}, ready={"gone": 2}, gpus_per_replica={"gone": 1},
+        names={"gone": "chat-gone"},
+    )  # fmt: skip
+    first = plan_cluster(snap(services=[service("chat", 5.5, "t0")], running={KEY: gone}))
+    sd = first.services[KEY]
+    assert sd.target is not None and "gone" not in sd.target
+    assert sd.apply is not None and "gone" not in sd.apply and sd.delete == []
+    assert cond(sd.status, "Planned")[:2] == ("True", "PlanComputed")
+    assert sd.held_gpus["gone"] == 2  # still serving: its GPUs are held
+    new = {p: n for p, n in sd.target.items() if n}
+    ready = Running(
+        replicas={"gone": 2, **new}, ready={"gone": 2, **new},
+        gpus_per_replica={"gone": 1, **dict.fromkeys(new, 1)},
+        names={"gone": "chat-gone", **{p: f"chat-{p}" for p in new}},
+    )  # fmt: skip
+    body = service("chat", 5.5, "t0")
+    body["status"] = sd.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    after = plan_cluster(snap(services=[body], running={KEY: ready})).services[KEY]
+    assert after.delete == ["chat-gone"]
