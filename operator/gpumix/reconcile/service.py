@@ -396,8 +396,9 @@ def decide_planned(
         events.append(EventSpec(type="Warning", reason=SLO_AT_RISK, message=risk.message))
     held = running.gpus()
     for p, n in staged.items():
-        per = problem.choices[p].gpus_per_replica if p in problem.choices else None
-        held[p] = max(held.get(p, 0), n * (per or running.gpus_per_replica.get(p, 1)))
+        choice = problem.choices.get(p)  # None: a pool that is gone, sized by what runs
+        per = choice.gpus_per_replica if choice else running.gpus_per_replica.get(p, 1)
+        held[p] = max(held.get(p, 0), n * per)
     return ServiceDecision(
         apply=apply,
         delete=delete,

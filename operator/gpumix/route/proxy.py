@@ -524,8 +524,9 @@ class Proxy:
             )
             await response.prepare(request)
             if progress is not None and upstream.status == 200:
-                progress.max_model_len = await self._max_model_len(decision.pod)
                 self.metrics.added_ttft.observe(sent - start + time.perf_counter() - received)
+                if progress.chat and max_tokens_of(progress.body) is None:  # capped: not needed
+                    progress.max_model_len = await self._max_model_len(decision.pod)
                 leg = Leg(pod=decision.pod, pool=decision.pool, upstream=upstream, sent=sent)
                 relay = Relay(rid=rid, progress=progress, response=response, core=core,
                               session=self.session, urls=self.urls, headers=headers)  # fmt: skip
