@@ -2,9 +2,12 @@
 
 import argparse
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
+from kubernetes.config import ConfigException
 from pydantic import ValidationError
 
 from gpumix.api import RESOURCES, GPUPool, GPUProfile, LLMService
@@ -13,7 +16,9 @@ from gpumix.attainment import promise
 from gpumix.cliargs import (
     EXIT_BAD_INPUT,
     Parser,
+    fail,
     fraction,
+    gpu_types,
     model_config,
     positive_float,
     service_shapes,
@@ -42,7 +47,7 @@ from gpumix.plan.joint import (
     solve_joint,
 )
 from gpumix.problem import ServiceProblem, build_problem
-from gpumix.profiles import UnknownGPUTypeError, gpu_type
+from gpumix.profiles import GPUType
 from gpumix.profiles.roofline import estimate_profile
 from gpumix.profiles.shape import ModelShape
 from gpumix.report import (
@@ -58,27 +63,38 @@ from gpumix.sim import cli as sim_cli
 from gpumix.yamlout import dump_all
 
 EXIT_INFEASIBLE = 1
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a tool SIGPIPE ended
 
 
 def _crds(args: argparse.Namespace) -> int:
-    for path in write_crds(Path(args.dir), RESOURCES):
-        print(path)
+    try:
+        for path in write_crds(Path(args.dir), RESOURCES):
+            print(path)
+    except OSError as err:
+        fail("gpumix crds", f"--dir {args.dir}: {_os_error(err)}")
     return 0
 
 
 def _manifests(args: argparse.Namespace) -> int:
-    for path in write_install_files(Path(args.root)):
-        print(path)
+    try:
+        for path in write_install_files(Path(args.root)):
+            print(path)
+    except OSError as err:
+        fail("gpumix manifests", f"--root {args.root} (the repository's root): {_os_error(err)}")
     return 0
+
+
+def _os_error(err: OSError) -> str:
+    return f"{err.strerror}: {err.filename}" if err.strerror and err.filename else str(err)
 
 
 def _profile_estimate(args: argparse.Namespace) -> int:
     try:
         model = sim_cli.model_of(args)
-        gpus = [gpu_type(name) for name in args.gpu.split(",")]
-    except (KeyError, ValueError, UnknownGPUTypeError) as err:
+    except (KeyError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    gpus: list[GPUType] = args.gpu
     docs = [
         estimate_profile(
             gpu,
@@ -403,7 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
         "estimate", help="GPUProfile YAML from the roofline model (no hardware needed)"
     )
     sim_cli.add_model_args(est)
-    est.add_argument("--gpu", required=True, help="comma-separated catalog GPU types")
+    est.add_argument(
+        "--gpu", type=gpu_types, required=True, help="comma-separated catalog GPU types"
+    )
     sim_cli.add_grid_args(est)
     est.set_defaults(func=_profile_estimate)
     sim_cli.register_profile(psub)
@@ -416,7 +434,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except BrokenPipeError:  # `gpumix … | head`: the reader left; stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit either
+        return EXIT_BROKEN_PIPE
+    except ConfigException as err:  # `run` and `route --service`: no usable kubeconfig
+        given = getattr(args, "kubeconfig", None)
+        where = f"--kubeconfig {given}" if given else "kubeconfig (in-cluster, then ~/.kube/config)"
+        fail(f"gpumix {args.command}", f"{where}: {' '.join(str(err).split())}")
     return code
 
 

@@ -10,9 +10,11 @@ import argparse
 import itertools
 import math
 import sys
+import urllib.parse
 from typing import NoReturn
 
 from gpumix.api import LLMService
+from gpumix.profiles.catalog import GPUType, UnknownGPUTypeError, gpu_type
 from gpumix.profiles.hfconfig import ModelConfigError, model_shape_from_config
 from gpumix.profiles.models import UnknownModelError, model_shape
 from gpumix.profiles.shape import ModelShape
@@ -88,6 +90,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def nonnegative_int(text: str) -> int:
+    """An integer ≥ 0: a random seed."""
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {value}")
+    return value
+
+
 def tcp_port(text: str) -> int:
     """A TCP port; 0 lets the system choose."""
     value = _integer(text)
@@ -110,6 +120,47 @@ def edges(text: str) -> list[int]:
     if any(b <= a for a, b in itertools.pairwise(values)):
         raise argparse.ArgumentTypeError(f"edges must increase strictly, got {text!r}")
     return values
+
+
+def gpu_types(text: str) -> list[GPUType]:
+    """Catalog GPU types, comma-separated (``l4,a10g``)."""
+    try:
+        return [gpu_type(name.strip()) for name in text.split(",")]
+    except UnknownGPUTypeError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def pod_counts(text: str) -> list[tuple[GPUType, int]]:
+    """Catalog GPU types with pod counts, comma-separated (``a10g=2,l4``: one l4 pod)."""
+    out: list[tuple[GPUType, int]] = []
+    for item in text.split(","):
+        name, sep, count = item.partition("=")
+        try:
+            gpu = gpu_type(name.strip())
+        except UnknownGPUTypeError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        try:
+            pods = int(count) if sep else 1
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r}: {count!r} is not an integer") from None
+        if pods < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: a pod count must be at least 1")
+        if any(g == gpu for g, _ in out):
+            raise argparse.ArgumentTypeError(f"{gpu.name} is given twice; give each type once")
+        out.append((gpu, pods))
+    return out
+
+
+def http_url(text: str) -> str:
+    """An ``http://`` or ``https://`` base URL with a host."""
+    try:
+        url = urllib.parse.urlsplit(text)
+        url.port  # noqa: B018  (raises ValueError on a port out of range or not a number)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise argparse.ArgumentTypeError(f"expected http://HOST[:PORT], got {text!r}")
+    return text
 
 
 def positive_floats(text: str) -> list[float]:

@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 
 import yaml
 from pydantic import ValidationError
+from yaml.reader import ReaderError
 
 from gpumix.api import GPUPool, GPUPoolSpec, GPUProfile, LLMService, Resource
 
@@ -45,6 +46,18 @@ def parse_object(doc: dict[str, Any], where: str) -> Resource:
         raise ManifestError(f"{where}: {kind} {name!r} is invalid: {describe(err)}") from None
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's message on one line: the problem and where (``line 2, column 1``), without the
+    quoted source and caret lines it adds."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem:
+        mark = err.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return f"{err.problem}{where}" + (f" ({err.context})" if err.context else "")
+    if isinstance(err, ReaderError):
+        return f"{str(err).splitlines()[0]} (character {err.position})"
+    return " ".join(str(err).split())
+
+
 def load_objects(paths: Iterable[Path]) -> list[Resource]:
     """Every gpumix object in the given multi-document YAML files, in file order."""
     objects: list[Resource] = []
@@ -52,8 +65,10 @@ def load_objects(paths: Iterable[Path]) -> list[Resource]:
     for path in paths:
         try:
             docs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
-        except (OSError, yaml.YAMLError) as err:
+        except OSError as err:
             raise ManifestError(f"{path}: cannot read YAML: {err}") from None
+        except yaml.YAMLError as err:
+            raise ManifestError(f"{path}: cannot read YAML: {_yaml_problem(err)}") from None
         for index, doc in enumerate(docs):
             if doc is None:
                 continue

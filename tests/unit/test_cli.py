@@ -105,8 +105,10 @@ def test_profile_estimate_emits_valid_profiles(capsys: pytest.CaptureFixture[str
 def test_profile_estimate_unknown_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["profile", "estimate", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "tpu",
             "--input-edges", "1,100", "--output-edges", "1,100"]  # fmt: skip
-    assert main(args) == 2
-    assert "unknown GPU type 'tpu'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    assert "argument --gpu: unknown GPU type 'tpu'" in capsys.readouterr().err
 
 
 def _two_services(tmp_path: Path) -> list[str]:

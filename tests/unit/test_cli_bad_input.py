@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,6 +134,117 @@ def test_bad_input_is_exit_2_and_one_line_naming_it(argv: list[str], named: str)
     assert len(lines) == 1, lines
     assert named in lines[0], lines[0]
     assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+SIM = ["simulate", CHAT, PROFILES]
+SERVE = ["sim", "serve", "--model", "meta-llama/Llama-2-7b-hf", "--pods"]
+ENDPOINT = ["profile", "endpoint", "--model", "m", "--gpu-type", "a10g", *GRID]
+
+# Inputs written to a temporary directory first: {name} in an argument is that file's path.
+FILE_CASES: list[tuple[dict[str, str], list[str], str]] = [
+    ({"broken.yaml": "a: [\n"}, ["plan", "{broken.yaml}", PROFILES], "broken.yaml"),
+    ({"nul.yaml": "\x00"}, ["plan", "{nul.yaml}", PROFILES], "nul.yaml"),
+    ({}, [*SIM, "--plan", "{missing.json}"], "--plan"),
+    ({"p.json": "not json\n"}, [*SIM, "--plan", "{p.json}"], "--plan"),
+    ({"p.json": "[1]\n"}, [*SIM, "--plan", "{p.json}"], "--plan"),
+    ({"p.json": "{}\n"}, [*SIM, "--plan", "{p.json}"], "--plan"),
+    (
+        {"p.json": '{"name": "default/chat", "allocation": "x"}\n'},
+        [*SIM, "--plan", "{p.json}"],
+        "--plan",
+    ),
+    (
+        {"p.json": '{"name": "default/chat", "allocation": {"a10g": -2}}\n'},
+        [*SIM, "--plan", "{p.json}"],
+        "--plan",
+    ),
+    (
+        {
+            "p.json": '{"name": "a", "allocation": {"a10g": 2}}\n'
+            '{"name": "b", "allocation": {"l4": 2}}\n'
+        },
+        [*SIM, "--plan", "{p.json}"],
+        "--plan",
+    ),
+    ({}, [*SIM, "--arrivals", "trace", "--trace", "{missing.csv}"], "--trace"),
+    ({"t.csv": "a,b\n1,2\n"}, [*SIM, "--arrivals", "trace", "--trace", "{t.csv}"], "--trace"),
+    ({"t.jsonl": "{}\n"}, [*SIM, "--sizes", "trace", "--trace", "{t.jsonl}"], "--trace"),
+    ({"t.jsonl": ""}, [*SIM, "--sizes", "trace", "--trace", "{t.jsonl}"], "--trace"),
+    ({"f": ""}, ["crds", "--dir", "{f}"], "--dir"),
+    ({}, ["manifests", "--root", "{missing}"], "--root"),
+    ({}, ["run", "--kubeconfig", "{missing.yaml}"], "--kubeconfig"),
+    (
+        {"k.yaml": "a: 1\n"},
+        ["route", "--service", "chat", "--kubeconfig", "{k.yaml}"],
+        "--kubeconfig",
+    ),
+]
+
+MORE_CASES: list[tuple[list[str], str]] = [
+    ([*SIM, "--seed", "-1"], "--seed"),
+    ([*SIM, "--service", ""], "no (matching) LLMService"),
+    ([*SERVE, "a10g=0"], "--pods"),
+    ([*SERVE, "a10g=-1"], "--pods"),
+    ([*SERVE, "a10g=x"], "--pods"),
+    ([*SERVE, "a10g,,l4"], "--pods"),
+    ([*EST[:-1], "a10g,,l4", *GRID], "--gpu"),
+    ([*EST[:-1], "", *GRID], "--gpu"),
+    ([*EST[:-1], "z9", *GRID], "--gpu"),
+    (["profile", "sim", "--model", "meta-llama/Llama-2-70b-hf", "--gpu", "l4", *GRID], "--gpu"),
+    (
+        [
+            "profile",
+            "sim",
+            "--model",
+            "meta-llama/Llama-2-7b-hf",
+            "--gpu",
+            "a10g",
+            *GRID,
+            "--seed",
+            "-1",
+        ],
+        "--seed",
+    ),
+    ([*ENDPOINT, "--url", "notaurl"], "--url"),
+    ([*ENDPOINT, "--url", "ftp://x"], "--url"),
+]
+
+
+@pytest.mark.parametrize(
+    ("files", "argv", "named"), FILE_CASES, ids=[" ".join(c[1][:4]) for c in FILE_CASES]
+)
+def test_bad_files_are_exit_2_and_one_line_naming_them(
+    tmp_path: Path, files: dict[str, str], argv: list[str], named: str
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    paths = {f"{{{n}}}": str(tmp_path / n) for n in ["missing", "missing.json", "missing.csv",
+                                                       "missing.yaml", *files]}  # fmt: skip
+    test_bad_input_is_exit_2_and_one_line_naming_it([paths.get(a, a) for a in argv], named)
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"), MORE_CASES, ids=[" ".join(c[0][:4]) for c in MORE_CASES]
+)
+def test_more_bad_values_are_exit_2_and_one_line(argv: list[str], named: str) -> None:
+    test_bad_input_is_exit_2_and_one_line_naming_it(argv, named)
+
+
+def test_an_unreachable_endpoint_fails_at_once_in_one_line() -> None:
+    """Each request that cannot connect used to die in its thread (a traceback per request, and
+    the profile then failed on NaN latencies) after waiting out every arrival of the rate."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: connections are refused
+    argv = [*ENDPOINT, "--url", f"http://127.0.0.1:{port}", "--requests", "40"]
+    start = time.monotonic()
+    done = subprocess.run([GPUMIX, *argv], check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert time.monotonic() - start < 30
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert f"127.0.0.1:{port}" in lines[0] and "refused" in lines[0].lower(), lines[0]
     assert done.stdout == ""
 
 

@@ -148,3 +148,15 @@ def test_a_model_gpumix_does_not_know_is_planned_from_its_config_json(tmp_path: 
             run.pop("solve_seconds", None)  # a wall time
         assert by_config == by_name
         assert sum(by_config["allocation"].values()) >= 1
+
+
+def test_a_reader_that_leaves_early_ends_gpumix_quietly() -> None:
+    """`gpumix … | head -1`: a write to the closed pipe was a BrokenPipeError traceback."""
+    argv = [GPUMIX, "profile", "estimate", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "l4"]
+    grid = ["--input-edges", "1,256,512,1024,2048,3072", "--output-edges", "1,64,128,256,512,1001"]
+    proc = subprocess.Popen([*argv, *grid], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.close()  # before gpumix has started: its first write finds no reader
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 141, stderr
+    assert stderr == b""

@@ -9,12 +9,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from gpumix.api import GPUProfile
 from gpumix.cliargs import (
     EXIT_BAD_INPUT,
     edges,
+    fail,
+    gpu_types,
+    http_url,
     model_config,
     nonnegative_float,
+    nonnegative_int,
+    pod_counts,
     positive_float,
     positive_floats,
     positive_int,
@@ -23,33 +30,69 @@ from gpumix.cliargs import (
     unit_interval,
     unknown_model,
 )
-from gpumix.manifests import ManifestError, load_inputs
+from gpumix.manifests import ManifestError, describe, load_inputs
 from gpumix.problem import NoUsablePoolError
-from gpumix.profiles import gpu_type
 from gpumix.profiles.hfconfig import model_shape_from_config
 from gpumix.profiles.models import ModelShape, model_shape
 from gpumix.sim.cluster import PodGroup, build_pods
 from gpumix.sim.engine import EngineConfig
-from gpumix.sim.profiler import EndpointTarget, SimTarget, make_profile, profile_grid
+from gpumix.sim.profiler import (
+    EndpointTarget,
+    SimTarget,
+    bucket_mids,
+    make_profile,
+    profile_grid,
+)
 from gpumix.sim.report import SimReport
 from gpumix.sim.scenario import PlanChoice, TrafficSpec, simulate_service
 from gpumix.sim.server import PodServer, RealtimePod
+from gpumix.sim.traffic import load_trace
 from gpumix.yamlout import dump_all
 
 EXIT_FAILED = 1
 
 
+class PlanFileError(ValueError):
+    """A ``--plan`` file that is not `gpumix plan --output json` of the service."""
+
+
 def _read_plan(path: str, name: str) -> PlanChoice:
     """A `gpumix plan --output json` file: one JSON object per line; the one named `name` (or the
     only one). Uses `allocation` (counts) and, when present, `share`."""
-    objects = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as err:
+        raise PlanFileError(f"{path}: {err.strerror}") from None
+    objects: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise PlanFileError(f"{path} line {number}: not JSON ({err.msg})") from None
+        if not isinstance(obj, dict):
+            raise PlanFileError(f"{path} line {number}: not a JSON object")
+        objects.append(obj)
     if not objects:
-        raise ValueError(f"{path}: no plan in the file")
+        raise PlanFileError(f"{path}: no plan in the file")
     match = [o for o in objects if o.get("name") in (name, name.rsplit("/", maxsplit=1)[-1])]
+    if not match and len(objects) > 1:
+        names = ", ".join(repr(o.get("name")) for o in objects)
+        raise PlanFileError(f"{path}: no plan named {name!r} (the file has {names})")
     chosen = match[0] if match else objects[0]
-    if not chosen.get("allocation"):
-        raise ValueError(f"{path}: plan {chosen.get('name')!r} has no allocation")
-    return PlanChoice(counts=chosen["allocation"], share=chosen.get("share"))
+    plan = f"{path}: plan {chosen.get('name')!r}"
+    counts = chosen.get("allocation")
+    if not counts:
+        raise PlanFileError(f"{plan} has no allocation")
+    if not isinstance(counts, dict) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts.values()
+    ):
+        raise PlanFileError(f"{plan}: allocation must map each pool to a replica count ≥ 0")
+    try:
+        return PlanChoice(counts=counts, share=chosen.get("share"))
+    except ValidationError as err:
+        raise PlanFileError(f"{plan}: {describe(err)}") from None
 
 
 def _engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -97,7 +140,7 @@ def _simulate(args: argparse.Namespace) -> int:
     except ManifestError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.service:
+    if args.service is not None:
         services = [s for s in services if s.name == args.service]
     if not services:
         print("error: no (matching) LLMService in the input", file=sys.stderr)
@@ -119,6 +162,14 @@ def _simulate(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         plan = _read_plan(args.plan, name) if args.plan else None
+    except PlanFileError as err:
+        fail("gpumix simulate", f"--plan {err}")
+    if "trace" in (args.arrivals, args.sizes):
+        try:
+            load_trace(args.trace)  # read again by the simulation, from the page cache
+        except (OSError, ValueError) as err:
+            fail("gpumix simulate", f"--trace: {err}")
+    try:
         spec = TrafficSpec(
             arrivals=args.arrivals,
             rate=args.rate,
@@ -205,7 +256,7 @@ def register(sub: Any) -> None:
         default="melange",
     )
     p.add_argument("--chunked-prefill", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--output", choices=["table", "json"], default="table")
     p.set_defaults(func=_simulate)
 
@@ -238,14 +289,22 @@ def model_of(args: argparse.Namespace) -> ModelShape:
 def _profile_sim(args: argparse.Namespace) -> int:
     try:
         model = model_of(args)
-        gpus = [gpu_type(g).name for g in args.gpu.split(",")]
     except (KeyError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     ins, outs, slos = args.input_edges, args.output_edges, args.tpot
+    gpus: list[str] = [g.name for g in args.gpu]
+    targets = {
+        gpu: SimTarget(gpu, model, args.gpus_per_replica, _engine_config(args), args.requests)
+        for gpu in gpus
+    }
+    for gpu, target in targets.items():  # before simulating anything
+        if not any(target.fits(i, o) for i in bucket_mids(ins) for o in bucket_mids(outs)):
+            room = f"no room for the KV cache of any bucket on {args.gpus_per_replica} {gpu} GPU(s)"
+            fix = "more --gpus-per-replica, or smaller --input-edges/--output-edges"
+            fail("gpumix profile sim", f"--gpu {gpu}: {model.name} leaves {room} ({fix})")
     profiles = []
-    for gpu in gpus:
-        target = SimTarget(gpu, model, args.gpus_per_replica, _engine_config(args), args.requests)
+    for gpu, target in targets.items():
         samples = profile_grid(
             target,
             ins,
@@ -320,7 +379,7 @@ def _common_profile_args(p: argparse.ArgumentParser) -> None:
         default="samples",
         help="latency-vs-rate samples, or MaxTput tables at the --tpot SLOs",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonnegative_int, default=0)
 
 
 def register_profile(psub: Any) -> None:
@@ -330,7 +389,9 @@ def register_profile(psub: Any) -> None:
     )
     add_model_args(sim)
     _common_profile_args(sim)
-    sim.add_argument("--gpu", required=True, help="comma-separated catalog GPU types")
+    sim.add_argument(
+        "--gpu", type=gpu_types, required=True, help="comma-separated catalog GPU types"
+    )
     sim.add_argument(
         "--requests", type=positive_int, default=200, help="requests per rate (minimum)"
     )
@@ -341,7 +402,9 @@ def register_profile(psub: Any) -> None:
     )
     ep.add_argument("--model", required=True, help="the model the server serves")
     _common_profile_args(ep)
-    ep.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    ep.add_argument(
+        "--url", type=http_url, required=True, help="base URL, e.g. http://127.0.0.1:8000"
+    )
     ep.add_argument("--gpu-type", required=True, help="the GPU type the server runs on")
     ep.add_argument("--requests", type=positive_int, default=40, help="requests per rate")
     ep.add_argument("--start-rate", type=positive_float, default=0.5, help="first rate, req/s")
@@ -353,10 +416,9 @@ def register_profile(psub: Any) -> None:
 def _serve(args: argparse.Namespace) -> int:
     try:
         model = model_of(args)
-        groups = []
-        for item in args.pods.split(","):
-            gpu, _, count = item.partition("=")
-            groups.append(PodGroup(pool=gpu, gpu_type=gpu, replicas=int(count or 1)))
+        groups = [
+            PodGroup(pool=gpu.name, gpu_type=gpu.name, replicas=count) for gpu, count in args.pods
+        ]
         engines = build_pods(groups, model, _engine_config(args))
     except (KeyError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -393,7 +455,9 @@ def register_sim(sub: Any) -> None:
     )
     add_model_args(serve)
     serve.add_argument("--served-name", help="model name in the API and metrics labels")
-    serve.add_argument("--pods", required=True, help="GPU types and counts, e.g. a10g=2,l4=1")
+    serve.add_argument(
+        "--pods", type=pod_counts, required=True, help="GPU types and counts, e.g. a10g=2,l4=1"
+    )
     serve.add_argument(
         "--base-port", type=tcp_port, default=0, help="first port (default: any free)"
     )

@@ -82,8 +82,16 @@ class EndpointTarget:
         self.model = model
         self.requests = requests
         self.timeout = timeout_s
+        self._failed: list[BaseException] = []
 
     def _one(self, prompt: int, output: int, out: list[tuple[float, float]]) -> None:
+        """One request in its own thread; a failure is kept for `__call__` to raise."""
+        try:
+            self._request(prompt, output, out)
+        except (OSError, ValueError) as err:  # URLError and HTTPError are OSErrors
+            self._failed.append(err)
+
+    def _request(self, prompt: int, output: int, out: list[tuple[float, float]]) -> None:
         body = json.dumps(
             {
                 "model": self.model,
@@ -110,14 +118,23 @@ class EndpointTarget:
         gaps = np.random.default_rng(seed).exponential(1.0 / rate, self.requests)
         results: list[tuple[float, float]] = []
         threads = []
+        self._failed.clear()
         t0 = time.monotonic()
         for at in np.cumsum(gaps):
             time.sleep(max(0.0, t0 + at - time.monotonic()))
+            if self._failed and not results:  # nothing got through: stop, and say why
+                break
             t = threading.Thread(target=self._one, args=(prompt, output, results), daemon=True)
             t.start()
             threads.append(t)
         for t in threads:
             t.join(self.timeout)
+        if not results:  # a failed request among finished ones only means not keeping up
+            if self._failed:
+                err = self._failed[0]
+                reason = getattr(err, "reason", None) or err  # URLError: the socket's error
+                raise OSError(f"no request finished: {reason}")
+            raise OSError(f"no request finished within --timeout {self.timeout:g} s")
         steady = results[len(results) // 5 :] or results
         tpot = float(np.mean([a for a, _ in steady])) * 1e3
         ttft = float(np.mean([b for _, b in steady])) * 1e3
@@ -148,7 +165,8 @@ def profile_bucket(
     return points
 
 
-def _mid(edges: Sequence[int]) -> list[int]:
+def bucket_mids(edges: Sequence[int]) -> list[int]:
+    """Each bucket's midpoint size: the size the profilers measure a bucket at."""
     return [max(1, (a + b) // 2) for a, b in itertools.pairwise(edges)]
 
 
@@ -167,8 +185,8 @@ def profile_grid(
     """Samples for every bucket of the grid. The start rate per bucket is `start_rate`, else a
     quarter of the roofline's MaxTput estimate at `stop_tpot_ms`."""
     samples = []
-    for i, prompt in enumerate(_mid(input_edges)):
-        for j, output in enumerate(_mid(output_edges)):
+    for i, prompt in enumerate(bucket_mids(input_edges)):
+        for j, output in enumerate(bucket_mids(output_edges)):
             if callable(fits) and not fits(prompt, output):
                 continue
             r0 = start_rate

@@ -49,6 +49,10 @@ class Trace:
         return len(self) / self.duration if self.duration > 0 else 0.0
 
 
+class TraceFileError(ValueError):
+    """A trace file that is empty or not in the format its suffix says."""
+
+
 def _seconds(stamp: str) -> float:
     """'2023-11-16 18:17:03.9799600' → seconds since midnight (the traces span one hour)."""
     clock = stamp.split(" ")[1]
@@ -59,6 +63,8 @@ def _seconds(stamp: str) -> float:
 def load_azure(path: Path) -> Trace:
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
+    if not rows:
+        raise TraceFileError(f"{path}: no requests in the trace")
     t = np.array([_seconds(r["TIMESTAMP"]) for r in rows])
     return Trace(
         name=path.stem,
@@ -70,6 +76,8 @@ def load_azure(path: Path) -> Trace:
 
 def load_mooncake(path: Path) -> Trace:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not rows:
+        raise TraceFileError(f"{path}: no requests in the trace")
     t = np.array([r["timestamp"] / 1e3 for r in rows], dtype=float)
     order = np.argsort(t, kind="stable")
     return Trace(
@@ -92,9 +100,18 @@ def load_trace(name_or_path: str, base: Path | None = None) -> Trace:
             f"trace {name_or_path!r}: no file {path} (short names: {known}; set ${DATA_ENV} "
             "to the directory that holds traces/)"
         )
-    if path.suffix == ".jsonl":
-        return load_mooncake(path)
-    return load_azure(path)
+    mooncake = path.suffix == ".jsonl"
+    kind = "a Mooncake trace (.jsonl)" if mooncake else "an Azure trace (.csv)"
+    try:
+        return load_mooncake(path) if mooncake else load_azure(path)
+    except KeyError as err:
+        raise TraceFileError(f"{path} is not {kind}: no field {err}") from None
+    except IndexError as err:  # a TIMESTAMP without a time of day
+        raise TraceFileError(f"{path} is not {kind}: {err}") from None
+    except TraceFileError:
+        raise
+    except (TypeError, ValueError) as err:  # JSON or UTF-8 errors, a count not an integer, …
+        raise TraceFileError(f"{path} is not {kind}: {err}") from None
 
 
 # -- arrival processes ----------------------------------------------------------------------------
