@@ -59,6 +59,12 @@ CASES: list[tuple[list[str], str]] = [
     (["profile", "estimate", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "z9", *GRID], "z9"),
     ([*EST, *GRID, "--model-config", str(REPO / "no-config.json")], "no-config.json"),
     ([*EST, *GRID, "--model-config", CHAT], "chat.yaml"),
+    (
+        ["profile", "estimate", "--model", "meta-llama/Llama-2-70b-hf", "--gpu", "l4", *GRID],
+        "--gpu",
+    ),
+    ([*EST, "--input-edges", "1,4096", "--output-edges", "1,4096"], "--input-edges/--output-edges"),
+    ([*EST, *GRID, "--tpot", "20"], "--tpot 20"),
     (["simulate", CHAT, PROFILES, "--rate", "-5"], "--rate"),
     (["simulate", CHAT, PROFILES, "--requests", "0"], "--requests"),
     (["simulate", CHAT, PROFILES, "--cv", "0"], "--cv"),
@@ -140,6 +146,7 @@ def test_bad_input_is_exit_2_and_one_line_naming_it(argv: list[str], named: str)
 SIM = ["simulate", CHAT, PROFILES]
 SERVE = ["sim", "serve", "--model", "meta-llama/Llama-2-7b-hf", "--pods"]
 ENDPOINT = ["profile", "endpoint", "--model", "m", "--gpu-type", "a10g", *GRID]
+ROUTE = ["route", "--engine", "a=http://x:1", "--routing-file"]
 
 # Inputs written to a temporary directory first: {name} in an argument is that file's path.
 FILE_CASES: list[tuple[dict[str, str], list[str], str]] = [
@@ -179,6 +186,21 @@ FILE_CASES: list[tuple[dict[str, str], list[str], str]] = [
         ["route", "--service", "chat", "--kubeconfig", "{k.yaml}"],
         "--kubeconfig",
     ),
+    (
+        {"p.json": '{"name": "default/chat", "allocation": {"zz": 2}}\n'},
+        [*SIM, "--plan", "{p.json}"],
+        "--plan",
+    ),
+    ({"r.json": '{"pools": {}}'}, [*ROUTE, "{r.json}"], "inputEdges: Field required"),
+    (
+        {
+            "r.json": '{"inputEdges": [1, 9], "outputEdges": [1, 9], '
+            '"pools": {"a": {"replicas": "x", "share": [[1]]}}}'
+        },
+        [*ROUTE, "{r.json}"],
+        "pools.a.replicas",
+    ),
+    ({"r.json": "a: [\n"}, [*ROUTE, "{r.json}"], "--routing-file"),
 ]
 
 MORE_CASES: list[tuple[list[str], str]] = [
@@ -208,6 +230,22 @@ MORE_CASES: list[tuple[list[str], str]] = [
     ),
     ([*ENDPOINT, "--url", "notaurl"], "--url"),
     ([*ENDPOINT, "--url", "ftp://x"], "--url"),
+    (["sim", "serve", "--model", "meta-llama/Llama-2-70b-hf", "--pods", "l4"], "--pods l4"),
+    (
+        [
+            "profile",
+            "sim",
+            "--model",
+            "meta-llama/Llama-2-7b-hf",
+            "--gpu",
+            "a10g",
+            "--input-edges",
+            "1,8192",
+            "--output-edges",
+            "1,4096",
+        ],
+        "--input-edges/--output-edges: no bucket",
+    ),
 ]
 
 

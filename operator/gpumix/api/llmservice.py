@@ -120,7 +120,7 @@ class Churn(ApiModel):
 
 
 class KvMigration(ApiModel):
-    """MELL KV-cache scheduling (seeds/001 §IV–VI): move running requests between a pool's pods
+    """MELL KV-cache scheduling (Liu et al. §IV–VI): move running requests between a pool's pods
     so that the newest pod empties and is removed. Through the router on stock vLLM (a request
     is continued on another pod from its token IDs), or through engines that implement the
     admin contract of gpumix/sim/SERVER.md (a vLLM sidecar)."""

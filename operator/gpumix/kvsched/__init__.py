@@ -1,4 +1,5 @@
-"""MELL's online KV-cache scheduler (seeds/001 §V–VII) and its baselines (§VIII-B).
+"""MELL's online KV-cache scheduler (§V–VII) and its baselines (§VIII-B): Liu et al., "MELL:
+Memory-Efficient Large Language Model Serving via Multi-GPU KV Cache Management".
 
 Pure and I/O-free: `Mell` (Fig. 10 operations, Algorithm 1 epochs, §VI-C batching),
 `FitScheduler` (BF/WF), `LoadBalancer` (LB, Llumnix-style), `plan_migrations` (§V adaptive

@@ -1,4 +1,4 @@
-"""MELL's online KV-cache scheduler (Liu et al., seeds/001, §VI): Fig. 10's Allocate / Depart /
+"""MELL's online KV-cache scheduler (Liu et al., §VI): Fig. 10's Allocate / Depart /
 Update, Algorithm 1's per-epoch loop and §VI-C's request-operation batching.
 
 There is no public implementation; this one is meant to be the reference, so every rule cites the

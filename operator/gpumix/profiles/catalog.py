@@ -1,11 +1,13 @@
 """Built-in catalog of GPU types: memory, bandwidth, FP16 compute and on-demand price.
 
 Sources, cited per entry:
-- Mélange Table 1 (seeds/000, §6.1): L4, A10G, A100-80G (SXM), H100 (SXM) with the lowest
+- Mélange Table 1 (Griggs et al., "Mélange: Cost Efficient Large Language Model Serving by
+  Exploiting GPU Heterogeneity", §6.1): L4, A10G, A100-80G (SXM), H100 (SXM) with the lowest
   on-demand price of AWS/Azure/GCP (H100 normalised from RunPod: 4.69/2.29 × 3.67 = 7.516 $/h).
-- Jiang et al. Table 1 (seeds/003, §1): A6000, A40, L40, RTX 4090 with Vast.ai-style marketplace
-  prices (their A100/H100 prices, 1.75 and 2.99 $/h, are marketplace prices too; we keep
-  Mélange's cloud prices for those so that the four Mélange types are priced consistently).
+- Jiang et al. Table 1 ("Demystifying Cost-Efficiency in LLM Serving over Heterogeneous GPUs",
+  §1): A6000, A40, L40, RTX 4090 with Vast.ai-style marketplace prices (their A100/H100 prices,
+  1.75 and 2.99 $/h, are marketplace prices too; we keep Mélange's cloud prices for those so that
+  the four Mélange types are priced consistently).
 - NVIDIA datasheets for A100-40GB (used by MELL §VIII), with no list price: a GPUPool of that type
   must set `pricePerGPUHour`.
 A GPUPool's `pricePerGPUHour` always overrides the catalog price.

@@ -19,6 +19,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from gpumix.cliargs import Parser, fail, positive_float, positive_int, tcp_port
+from gpumix.manifests import describe
 from gpumix.operator.run import api_client
 from gpumix.render.deployment import ADMIN_PORT
 from gpumix.route.engines import Engines
@@ -124,8 +125,10 @@ def _static_table(path: Path) -> RoutingTable:
         return RoutingTable.model_validate(json.loads(path.read_text()))
     except OSError as err:
         _fail(f"--routing-file: {err.strerror}: {path}")
-    except (ValueError, ValidationError) as err:
-        _fail(f"--routing-file {path} is not a routing table: {err}")
+    except ValidationError as err:
+        _fail(f"--routing-file {path} is not a routing table: {describe(err)}")
+    except ValueError as err:  # not JSON, or not UTF-8
+        _fail(f"--routing-file {path} is not JSON: {err}")
 
 
 def run_router(args: argparse.Namespace) -> int:

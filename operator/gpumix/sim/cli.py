@@ -7,7 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -34,6 +34,7 @@ from gpumix.manifests import ManifestError, describe, load_inputs
 from gpumix.problem import NoUsablePoolError
 from gpumix.profiles.hfconfig import model_shape_from_config
 from gpumix.profiles.models import ModelShape, model_shape
+from gpumix.profiles.roofline import Roofline
 from gpumix.sim.cluster import PodGroup, build_pods
 from gpumix.sim.engine import EngineConfig
 from gpumix.sim.profiler import (
@@ -44,7 +45,7 @@ from gpumix.sim.profiler import (
     profile_grid,
 )
 from gpumix.sim.report import SimReport
-from gpumix.sim.scenario import PlanChoice, TrafficSpec, simulate_service
+from gpumix.sim.scenario import PlanChoice, TrafficSpec, UnknownPlanPoolError, simulate_service
 from gpumix.sim.server import PodServer, RealtimePod
 from gpumix.sim.traffic import load_trace
 from gpumix.yamlout import dump_all
@@ -197,6 +198,8 @@ def _simulate(args: argparse.Namespace) -> int:
     except NoUsablePoolError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except UnknownPlanPoolError as err:
+        fail("gpumix simulate", f"--plan {args.plan}: {err}")
     except (ValueError, OSError, KeyError) as err:
         print(f"error: {name}: {err}", file=sys.stderr)
         return EXIT_FAILED
@@ -286,6 +289,27 @@ def model_of(args: argparse.Namespace) -> ModelShape:
     return model_shape(args.model)
 
 
+def no_room(prog: str, roof: Roofline) -> NoReturn:
+    """Exit 2 naming what to change when no bucket's midpoint request fits `roof`'s replica (the
+    model's context, or its KV cache beside the weights): the profile would be all zeros. Each
+    profiler tests the fit at its own midpoints (`SimTarget.fits` on `bucket_mids`; the
+    estimate's roofline at half-token midpoints), so the test is the caller's."""
+    model, kv = roof.model, roof.kv_capacity_tokens
+    gpus = f"{roof.gpus} {roof.gpu.name} GPU(s)"
+    if kv <= 0:
+        fix = "more --gpus-per-replica, or another --gpu"
+        fail(prog, f"--gpu {roof.gpu.name}: {model.name} does not fit on {gpus} ({fix})")
+    if kv < model.max_context:
+        room = f"room for {kv} tokens of KV cache on {gpus}, too few for any bucket"
+        fix = "more --gpus-per-replica, or smaller --input-edges/--output-edges"
+        fail(prog, f"--gpu {roof.gpu.name}: {model.name} leaves {room} ({fix})")
+    fail(
+        prog,
+        f"--input-edges/--output-edges: no bucket's midpoint request fits {model.name}'s context "
+        f"of {model.max_context} tokens (smaller edges)",
+    )
+
+
 def _profile_sim(args: argparse.Namespace) -> int:
     try:
         model = model_of(args)
@@ -298,11 +322,9 @@ def _profile_sim(args: argparse.Namespace) -> int:
         gpu: SimTarget(gpu, model, args.gpus_per_replica, _engine_config(args), args.requests)
         for gpu in gpus
     }
-    for gpu, target in targets.items():  # before simulating anything
+    for target in targets.values():  # before simulating anything
         if not any(target.fits(i, o) for i in bucket_mids(ins) for o in bucket_mids(outs)):
-            room = f"no room for the KV cache of any bucket on {args.gpus_per_replica} {gpu} GPU(s)"
-            fix = "more --gpus-per-replica, or smaller --input-edges/--output-edges"
-            fail("gpumix profile sim", f"--gpu {gpu}: {model.name} leaves {room} ({fix})")
+            no_room("gpumix profile sim", target.roof)
     profiles = []
     for gpu, target in targets.items():
         samples = profile_grid(
@@ -423,6 +445,14 @@ def _serve(args: argparse.Namespace) -> int:
     except (KeyError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    for engine in engines:  # a pod that holds no request would only ever answer errors
+        if not engine.max_tokens:
+            fail(
+                "gpumix sim serve",
+                f"--pods {engine.gpu_type}: --model {model.name} does not fit on one "
+                f"{engine.gpu_type} GPU with room for its KV cache (a GPU type with more memory, "
+                "or a smaller model)",
+            )
     servers = []
     for k, engine in enumerate(engines):
         port = args.base_port + k if args.base_port else 0

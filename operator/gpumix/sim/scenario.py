@@ -52,6 +52,10 @@ class TrafficSpec(BaseModel):
     seed: int = 0
 
 
+class UnknownPlanPoolError(ValueError):
+    """A given plan names neither an input GPUPool nor one of its `<pool>-tp<k>` options."""
+
+
 class PlanChoice(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -129,7 +133,10 @@ def simulate_service(
         choice = problem.choices.get(name)
         pool = by_name.get(choice.pool if choice else name)
         if pool is None:
-            raise ValueError(f"the plan names pool {name!r}, which is not in the input")
+            known = ", ".join(sorted(by_name.keys() | problem.choices.keys()))
+            raise UnknownPlanPoolError(
+                f"the plan names pool {name!r}, which is not in the input (known pools: {known})"
+            )
         groups.append(
             PodGroup(
                 pool=name,
