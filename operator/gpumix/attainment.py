@@ -63,6 +63,13 @@ STALL_GAIN = 0.001
 are below 0.1 pp; a plan that misses the target is kept over a dearer one within 0.1 pp."""
 REFINE_TOLERANCE = 0.05
 """Refinement stops bisecting an option's factor once its bounds are within 5%."""
+KV_HEADROOM = 0.5
+"""Most a pool's KV cache may be in use on average. Mélange sizes a replica by its steady-state
+mean (§5.3); around that mean the fill swings by 0.1–0.3 (its standard deviation over a run,
+measured per pool on the attainment bench), so a pool past half full meets bursts that fill the
+cache, preempted requests recompute, and the queue feeds on itself. One prediction may miss that:
+a lone a10g-tp2 replica about 60% full met the SLO for 99.8% of one 3,000-request run's requests,
+68–99% in others, and 96–97% over 24,000."""
 ALONE_MISS_SHARE = 0.5
 """At most half the misses a target allows may be requests that miss even alone (long prompts
 with few output tokens on a slow type); the other half is left to load, which derating
@@ -76,6 +83,8 @@ class PoolAttainment(BaseModel):
     met: float
     """Share of this pool's requests meeting every SLO the service sets."""
     utilisation: float
+    kv_usage: float = 0.0
+    """Time-averaged share of its replicas' KV cache in use (:data:`KV_HEADROOM`)."""
 
 
 class PredictedAttainment(BaseModel):
@@ -93,6 +102,14 @@ class PredictedAttainment(BaseModel):
     capacity recovers, so ``1 - alone`` bounds what derating can reach."""
     requests: int
     pools: dict[str, PoolAttainment]
+
+    def kv_bound(self) -> list[str]:
+        """Pools whose KV cache is fuller on average than :data:`KV_HEADROOM` allows."""
+        return [p for p, a in self.pools.items() if a.kv_usage > KV_HEADROOM]
+
+    def holds(self, target: float) -> bool:
+        """Whether the plan keeps its promise: attainment at ``target``, no pool KV-bound."""
+        return self.met >= target and not self.kv_bound()
 
 
 def predict(
@@ -138,7 +155,7 @@ def predict(
             both += 1
             met[pool] += 1
     n = len(run.requests)
-    util = {p: s.utilisation for p, s in run.report.pools.items()}
+    stats = run.report.pools
     return PredictedAttainment(
         tpot=tpot_ok / n,
         ttft=None if ttft_s is None else ttft_ok / n,
@@ -146,7 +163,12 @@ def predict(
         alone=alone / n,
         requests=n,
         pools={
-            p: PoolAttainment(requests=seen[p], met=met[p] / seen[p], utilisation=util.get(p, 0.0))
+            p: PoolAttainment(
+                requests=seen[p],
+                met=met[p] / seen[p],
+                utilisation=stats[p].utilisation if p in stats else 0.0,
+                kv_usage=stats[p].kv_usage if p in stats else 0.0,
+            )
             for p in seen
             if p
         },
@@ -164,7 +186,7 @@ class TargetedPlan(BaseModel):
 
     @property
     def reached(self) -> bool:
-        return self.predicted.met >= self.target
+        return self.predicted.holds(self.target)
 
 
 def derated(instance: AllocationInstance, factors: dict[str, float]) -> AllocationInstance:
@@ -251,8 +273,9 @@ def _step(met: float) -> float:
 
 def stalled(predicted: PredictedAttainment) -> bool:
     """Whether the misses left are (within ``STALL_GAIN``) only requests that miss even alone
-    or are dropped: derating, which only adds capacity, cannot bring them back."""
-    return 1 - predicted.alone - predicted.met < STALL_GAIN
+    or are dropped, and no pool is KV-bound: derating, which only adds capacity, cannot bring
+    them back (it does relieve a KV-bound pool)."""
+    return 1 - predicted.alone - predicted.met < STALL_GAIN and not predicted.kv_bound()
 
 
 def derate_step(
@@ -268,7 +291,7 @@ def derate_step(
     requests) shrinks by :func:`_step`, and at least so far that its planned load no longer fits
     its replicas; options absent from ``factors`` start at 1."""
     out = dict(factors)
-    short = [p for p, a in predicted.pools.items() if a.met < target]
+    short = [p for p, a in predicted.pools.items() if a.met < target or a.kv_usage > KV_HEADROOM]
     for pool in short or [p for p, c in counts.items() if c > 0]:
         met = predicted.pools[pool].met if pool in predicted.pools else 0.0
         # A step the optimum absorbs (a pool planned below its replicas keeps them) would
@@ -434,7 +457,7 @@ class PromisedPlan(BaseModel):
 
     @property
     def reached(self) -> bool:
-        return self.predicted is not None and self.predicted.met >= self.target
+        return self.predicted is not None and self.predicted.holds(self.target)
 
 
 def promise(

@@ -16,8 +16,11 @@ from hypothesis import strategies as st
 from gpumix import attainment
 from gpumix.api import GPUPool, GPUProfile, LLMService
 from gpumix.attainment import (
+    KV_HEADROOM,
     STALL_GAIN,
+    PoolAttainment,
     PredictedAttainment,
+    derate_step,
     derated,
     least_alone_miss,
     plan_to_target,
@@ -138,6 +141,49 @@ def test_alone_misses_are_each_options_roofline_share_and_set_a_floor(
     everywhere = least_alone_miss(at_40ms, Formulation.ROUTABLE, list(range(len(at_40ms.gpus))))
     on_a100 = least_alone_miss(at_40ms, Formulation.ROUTABLE, [at_40ms.gpu_index("a100-80gb")])
     assert 0 < everywhere < on_a100
+
+
+def test_a_pool_past_its_kv_headroom_is_derated_even_when_it_meets_the_target() -> None:
+    def pool(met: float, kv: float) -> PoolAttainment:
+        return PoolAttainment(requests=1000, met=met, utilisation=0.9, kv_usage=kv)
+
+    full = PredictedAttainment(
+        tpot=0.999, ttft=None, met=0.999, alone=0.0, requests=2000,
+        pools={"a10g": pool(0.999, KV_HEADROOM + 0.1), "a100": pool(0.999, KV_HEADROOM - 0.1)},
+    )  # fmt: skip
+    assert full.kv_bound() == ["a10g"] and not full.holds(0.99)
+    assert not attainment.stalled(full)  # more capacity does relieve the cache
+    step = derate_step({}, full, {"a10g": 2, "a100": 1}, {"a10g": 1.5, "a100": 0.5}, 0.99)
+    assert step["a10g"] < 1 and "a100" not in step
+    relieved = full.model_copy(update={"pools": {"a100": full.pools["a100"]}})
+    assert relieved.holds(0.99) and relieved.kv_bound() == []
+
+
+def test_the_loop_ends_on_a_plan_whose_caches_are_within_headroom(
+    chat: LLMService, llama_profiles: list[GPUProfile], pools: list[GPUPool],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The demo at 1.2 req/s on A10Gs alone: the first plan meets 98% in its prediction with the
+    caches over half full (it preempts on other arrivals), so the loop derates on to a plan
+    within the headroom, dearer, that still meets it."""
+    seen: list[tuple[Allocation, PredictedAttainment]] = []
+
+    def recording(*args: Any, **kwargs: Any) -> PredictedAttainment:
+        predicted = predict(*args, **kwargs)
+        seen.append((args[3], predicted))
+        return predicted
+
+    monkeypatch.setattr(attainment, "predict", recording)
+    workload = chat.spec.workload.model_copy(update={"request_rate": 1.2})
+    slow = chat.model_copy(update={"spec": chat.spec.model_copy(update={"workload": workload})})
+    instance = build_problem(slow, pools, llama_profiles).instance
+    assert instance is not None
+    plan = plan_to_target(slow, pools, llama_profiles, instance, target=0.98, only="a10g")
+    assert plan is not None and plan.reached
+    first = seen[0][1]
+    assert first.met >= 0.98 and first.kv_bound() == ["a10g"]
+    assert plan.predicted.kv_bound() == [] and plan.predicted.met >= 0.98
+    assert plan.allocation.cost_per_hour > seen[0][0].cost_per_hour
 
 
 @budget(15)

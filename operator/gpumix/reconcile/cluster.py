@@ -589,6 +589,12 @@ def _met(c: "_Candidate", r: _Round) -> float | None:
     return predicted.met if isinstance(predicted, PredictedAttainment) else None
 
 
+def _holds(c: "_Candidate", r: _Round) -> bool:
+    """Whether round ``r``'s plan keeps this service's promise (`PredictedAttainment.holds`)."""
+    predicted = r.predicted[c.key]
+    return isinstance(predicted, PredictedAttainment) and predicted.holds(_target(c))
+
+
 def _kept_derating(c: "_Candidate") -> tuple[dict[str, float], int] | None:
     """The factors (and rounds) of the search status keeps for this service, when it ran for
     its current spec generation (for the options it still has); ``None``: no search has, and
@@ -616,7 +622,7 @@ def _derate(candidates: list["_Candidate"], last: _Round) -> Step | None:
         alloc = last.plan.services[_demand_name(c.key)]
         if (
             not isinstance(predicted, PredictedAttainment)
-            or predicted.met >= _target(c)
+            or predicted.holds(_target(c))
             or stalled(predicted)
             or alloc.short
             or steps[c.key] >= MAX_ROUNDS
@@ -646,7 +652,7 @@ def _best_round(c: "_Candidate", rounds: list[_Round]) -> int:
     met = {i: m for i, r in enumerate(rounds) if (m := _met(c, r)) is not None}
     if not met:
         return 0
-    reached = [i for i, m in met.items() if m >= _target(c)]
+    reached = [i for i in met if _holds(c, rounds[i])]
     top = max(met.values())
     pool = reached or [i for i, m in met.items() if m >= top - STALL_GAIN]
     return min(pool, key=lambda i: (round(rounds[i].plan.services[name].cost_per_hour, 6), i))
@@ -654,7 +660,7 @@ def _best_round(c: "_Candidate", rounds: list[_Round]) -> int:
 
 def _reached_count(candidates: list["_Candidate"], r: _Round) -> tuple[int, float]:
     """Services a round brings to target, then (negated) its cost: the fallback's order."""
-    reached = sum((m := _met(c, r)) is not None and m >= _target(c) for c in candidates)
+    reached = sum(_holds(c, r) for c in candidates)
     return reached, -r.plan.cost_per_hour
 
 

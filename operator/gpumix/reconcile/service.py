@@ -29,7 +29,7 @@ from gpumix.api import (
     WorkloadUsed,
 )
 from gpumix.api.llmservice import DeratingStatus
-from gpumix.attainment import PredictedAttainment, derated, predict
+from gpumix.attainment import KV_HEADROOM, PredictedAttainment, derated, predict
 from gpumix.plan import (
     Allocation,
     AllocationInstance,
@@ -206,33 +206,38 @@ def _slo_at_risk(
     target: float,
     derating: DeratingStatus | None = None,
 ) -> tuple[ConditionStatus, str, str]:
-    """Condition SLOAtRisk: whether the plan's predicted attainment (``None``: no traffic) is
-    below ``target``, naming the pools that miss it, worst first, the share that no capacity
-    would recover, and the derating rounds spent (so a user sees the loop ran)."""
+    """Condition SLOAtRisk: whether the plan fails its promise (``None``: no traffic): its
+    predicted attainment is below ``target`` (BelowTarget: the pools that miss it, worst first,
+    and the share no capacity would recover), or reaches it only with KV caches past
+    ``KV_HEADROOM`` (KVCacheFull); with the derating rounds spent, so a user sees the loop
+    ran."""
     if predicted is None:
         return ConditionStatus.FALSE, "NoTraffic", "no requests to predict"
     if isinstance(predicted, str):
         return ConditionStatus.UNKNOWN, "PredictionFailed", f"not predicted: {predicted}"
     head = f"predicted attainment {predicted.met:.2%}"
     note = _derating_note(derating)
-    if predicted.met >= target:
-        message = f"{head} meets the target {100 * target:g}%{note}"
-        return ConditionStatus.FALSE, "OnTarget", message
+    goal = f"the target {100 * target:g}%"
+    if predicted.holds(target):
+        return ConditionStatus.FALSE, "OnTarget", f"{head} meets {goal}{note}"
+    full = predicted.kv_bound()
     worst = sorted(predicted.pools.items(), key=lambda pa: pa[1].met)
-    short = [(p, a) for p, a in worst if a.met < target] or worst[:1]
+    short = [(p, a) for p, a in worst if a.met < target or p in full] or worst[:1]
     pools = "; ".join(
         f"{p}: {a.met:.1%} of its requests meet the SLO at {a.utilisation:.0%} utilisation"
+        + (f", its KV cache {a.kv_usage:.0%} full on average" if p in full else "")
         for p, a in short
     )
+    if predicted.met >= target:
+        headroom = f"(more than {KV_HEADROOM:.0%}: bursts fill it and preempt)"
+        message = f"{head} meets {goal} only with KV caches too full to hold it {headroom}: "
+        return ConditionStatus.TRUE, "KVCacheFull", message + pools + note
     alone = (
         f"; {predicted.alone:.1%} of all requests miss it even alone on their replica"
         if predicted.alone > 0
         else ""
     )
-    message = (
-        f"{head} is below the target {100 * target:g}%: {pools or 'no replica serves'}{alone}"
-        + note
-    )
+    message = f"{head} is below {goal}: {pools or 'no replica serves'}{alone}{note}"
     return ConditionStatus.TRUE, "BelowTarget", message
 
 

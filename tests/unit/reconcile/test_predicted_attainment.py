@@ -1,10 +1,12 @@
 """The planner pass predicts the attainment of the plan it applies (real joint plans, simulated)."""
 
+import re
 from typing import Any
 
 import pytest
 
 from gpumix.api import GPUPool, GPUProfile, LLMService, LLMServiceStatus
+from gpumix.attainment import KV_HEADROOM
 from gpumix.plan import Allocation
 from gpumix.reconcile import cluster
 from gpumix.reconcile.cluster import plan_cluster
@@ -52,18 +54,33 @@ def test_plan_below_its_target_is_at_risk_naming_the_worst_pool_once() -> None:
 
 @pytest.mark.usefixtures("first_plans")
 def test_plan_on_target_is_not_at_risk_until_the_target_is_raised() -> None:
-    # a10g×3 for 2 req/s: 98.4% predicted (test_attainment_loop.py raises it to 99%).
-    only = {"pools": ["a10g"]}
-    first = planned(service("chat", 2, "t0", slo={"tpotMs": 120, "attainmentTarget": 0.9}, **only))
-    assert first.status.predicted_attainment is not None
+    # a100-80gb×1 for 3 req/s at TPOT 80 ms: 99.8% predicted, its KV cache well within headroom.
+    only = {"pools": ["a100-80gb"]}
+    first = planned(service("chat", 3, "t0", slo={"tpotMs": 80}, **only))
+    predicted = first.status.predicted_attainment
+    assert predicted is not None and 0.99 <= predicted < 0.999
     state, reason, message = cond(first.status, "SLOAtRisk")
     assert (state, reason) == ("False", "OnTarget")
-    assert message.endswith("meets the target 90%")
+    assert message.endswith("meets the target 99%")
     assert "SLOAtRisk" not in [e.reason for e in first.events]
-    raised = planned(with_status(service("chat", 2, "t0", **only), first.status))
+    higher = {"tpotMs": 80, "attainmentTarget": 0.999}
+    raised = planned(with_status(service("chat", 3, "t0", slo=higher, **only), first.status))
     assert raised.status.predicted_attainment == first.status.predicted_attainment
     assert cond(raised.status, "SLOAtRisk")[:2] == ("True", "BelowTarget")
     assert [e.reason for e in raised.events] == ["SLOAtRisk"]
+
+
+@pytest.mark.usefixtures("first_plans")
+def test_a_plan_on_target_with_a_kv_cache_past_its_headroom_is_at_risk_naming_the_pool() -> None:
+    # a10g×2 for 1.2 req/s: above 90% predicted, with the caches over half full on average.
+    body = service("chat", 1.2, "t0", slo={"tpotMs": 120, "attainmentTarget": 0.9}, pools=["a10g"])
+    status = planned(body).status
+    assert status.predicted_attainment is not None and status.predicted_attainment >= 0.9
+    state, reason, message = cond(status, "SLOAtRisk")
+    assert (state, reason) == ("True", "KVCacheFull")
+    assert "meets the target 90% only with KV caches too full to hold it" in message
+    full = re.search(r"a10g: .*its KV cache (\d+)% full on average", message)
+    assert full is not None and int(full.group(1)) > 100 * KV_HEADROOM
 
 
 def test_a_prediction_that_fails_leaves_the_plan_applied_and_attainment_unknown() -> None:
