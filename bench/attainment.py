@@ -53,12 +53,7 @@ import numpy as np
 
 from gpumix.api import GPUPool, GPUProfile, LLMService
 from gpumix.api.gpuprofile import TPDegree
-from gpumix.attainment import (
-    KV_HEADROOM,
-    least_alone_miss,
-    routable_plan_to_target,
-    with_alone_misses,
-)
+from gpumix.attainment import KV_HEADROOM, least_alone_miss, promise, with_alone_misses
 from gpumix.manifests import load_inputs
 from gpumix.plan import Formulation, UnservableBucketError, solve
 from gpumix.plan.errors import check_servable
@@ -250,17 +245,18 @@ def plan_melange(
 def plan_slo(
     service: LLMService, pools: list[GPUPool], profiles: list[GPUProfile], target: float
 ) -> PlanOutcome | None:
-    """`gpumix plan`'s default: the routable ILP, simulated as deployed and derated until the
-    predicted attainment reaches the target (`gpumix.attainment`). It predicts with its own seed
-    (1), so the bench's simulation (seed 0 by default) is out of sample."""
+    """`gpumix plan`'s default (`gpumix.attainment.promise`): the routable ILP, simulated as
+    deployed and derated until the predicted attainment reaches the target, never dearer than
+    the cheapest single type that reaches it. It predicts with its own seed (1), so the bench's
+    simulation (seed 0 by default) is out of sample."""
     problem = build_problem(service, pools, profiles)
     if problem.instance is None:
         return None
-    plan = routable_plan_to_target(service, pools, profiles, problem.instance, target=target)
-    if plan is None:
+    promised = promise(service, pools, profiles, problem.instance, target=target)
+    alloc = promised.plan.allocation
+    if alloc is None or promised.predicted is None:
         return None
-    alloc = plan.allocation
-    return PlanOutcome(dict(alloc.counts), alloc.share, alloc.cost_per_hour, plan.predicted.met)
+    return PlanOutcome(dict(alloc.counts), alloc.share, alloc.cost_per_hour, promised.predicted.met)
 
 
 PLANNERS: dict[str, Planner] = {"melange": plan_melange, "slo": plan_slo}

@@ -474,7 +474,8 @@ def promise(
     shape: ModelShape | None = None,
 ) -> PromisedPlan:
     """Plan ``service`` and predict its attainment. ``slo``: :func:`plan_to_target` for the mix
-    and for each single type, savings only against baselines that reach the target too, on the
+    and for each single type, never dearer than the cheapest single type that reaches the target
+    (then that is the plan), savings only against baselines that reach the target too, on the
     routable formulation unless another is given (the aggregated one when no type can take a
     whole input row); ``melange``: Mélange's ILP as it is (§5.4, §6.1), its prediction beside
     it."""
@@ -514,6 +515,16 @@ def promise(
 
     mix = targeted(None)  # an unservable bucket is the caller's error to report
     bases = {g.name: baseline(g.name) for g in instance.gpus}
+    # Derating only shrinks capacities, so the loop can end on a mix dearer than a single type
+    # it never tried: the cheapest single type that keeps the promise is the floor.
+    kept = [b for b in bases.values() if b is not None and b.reached]
+    floor = min(kept, key=lambda b: b.allocation.cost_per_hour, default=None)
+    if floor is not None and (
+        mix is None
+        or not mix.reached
+        or floor.allocation.cost_per_hour < mix.allocation.cost_per_hour - 1e-9
+    ):
+        mix = floor
     savings: dict[str, float | None] = {}
     for name, base in bases.items():
         fair = mix is not None and mix.reached and base is not None and base.reached

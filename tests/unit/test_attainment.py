@@ -186,6 +186,34 @@ def test_the_loop_ends_on_a_plan_whose_caches_are_within_headroom(
     assert plan.allocation.cost_per_hour > seen[0][0].cost_per_hour
 
 
+def test_a_mix_dearer_than_a_single_type_that_keeps_the_promise_gives_way_to_it(
+    chat: LLMService, llama_profiles: list[GPUProfile], pools: list[GPUPool],
+    demo: AllocationInstance, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The derating loop can end on a mix dearer than a single type it never tried (its steps
+    only shrink capacities). Made so here: the mix search returns the dearest single type that
+    reaches the target; the plan must be the cheapest one instead."""
+    original = attainment.routable_plan_to_target
+    bases = {
+        g.name: original(chat, pools, llama_profiles, demo, target=0.99, only=g.name)
+        for g in demo.gpus
+    }
+    kept = {n: b for n, b in bases.items() if b is not None and b.reached}
+    assert len(kept) >= 2
+    dearest = max(kept, key=lambda n: kept[n].allocation.cost_per_hour)
+    cheapest = min(kept, key=lambda n: kept[n].allocation.cost_per_hour)
+
+    def dear_mix(*args: Any, only: str | None = None, **kwargs: Any) -> Any:
+        return original(*args, only=dearest if only is None else only, **kwargs)
+
+    monkeypatch.setattr(attainment, "routable_plan_to_target", dear_mix)
+    promised = attainment.promise(chat, pools, llama_profiles, demo, target=0.99)
+    chosen, expected = promised.plan.allocation, kept[cheapest].allocation
+    assert chosen is not None and (chosen.counts, chosen.share) == (expected.counts, expected.share)
+    assert promised.reached and promised.predicted == kept[cheapest].predicted
+    assert promised.plan.savings[cheapest] == 0.0
+
+
 @budget(15)
 @given(st.lists(st.floats(0.2, 1.0), min_size=4, max_size=4))
 def test_derating_never_makes_the_optimum_cheaper(
