@@ -6,7 +6,9 @@ minus foreign pods' GPUs, minus what services that cannot be replanned keep hold
 per-service and cluster budgets; when not everything fits, interactive services are served
 first, then batch, then by weight, and each service reports its unserved fraction and why.
 Services whose spec is invalid, that no pool can serve, or that have a bucket no option meets the
-SLO for keep what runs (and its GPUs); a solver failure keeps every service's last plan.
+SLO for keep what runs (and its GPUs), as does one whose decision raises after the joint solve
+(the others are then solved again without its GPUs); a solver failure keeps every service's last
+plan.
 
 The joint ILP loads each option up to its MaxTput, where the *mean* TPOT equals the SLO (Mélange
 §5.3), so a plan can be predicted to miss slo.attainmentTarget by far. The pass therefore closes
@@ -261,38 +263,13 @@ def plan_cluster(snap: Snapshot) -> ClusterDecision:
         else:
             plannable.append(prepared.outcome)
     # GPUs held by services that keep their last plan are not available to the joint solve.
-    for key in decisions:
-        for option, gpus in snap.running.get(key, Running()).gpus().items():
-            held_in = option if option in available else re.sub(r"-tp\d+$", "", option)
-            if held_in in available:
-                available[held_in] = max(0, available[held_in] - gpus)
-    if plannable:
-        try:
-            joint = _plan_to_targets(plannable, available, snap, pools, profiles)
-        except (SolverError, InvalidAllocationError) as err:
-            for c in plannable:
-                decisions[c.key] = _keep(
-                    previous=c.previous, running=c.running, reason="SolverFailed",
-                    message=f"the joint ILP solver stopped without a plan: {err}",
-                    generation=c.generation, now=snap.now,
-                )  # fmt: skip
-        else:
-            plan = joint.plan
-            by_name = {p.name: p.spec for p in profiles}
-            for c in plannable:
-                try:
-                    decisions[c.key] = _planned(
-                        c, joint, forecast=forecasts[c.key], available=available,
-                        profiles=by_name, snap=snap,
-                    )  # fmt: skip
-                except Exception as err:  # a gpumix bug on this service: the others apply
-                    log.exception("deciding a service's plan raised", extra={"service": c.key})
-                    decisions[c.key] = _keep(
-                        previous=c.previous, running=c.running, reason=INTERNAL_ERROR,
-                        message=_internal_message(err), generation=c.generation, now=snap.now,
-                    )  # fmt: skip
-            for name, gpus in plan.pool_gpus.items():
-                statuses[name] = statuses[name].model_copy(update={"planned_gpus": gpus})
+    available = _withheld(available, [d.held_gpus for d in decisions.values()])
+    joint_decisions, pool_gpus = _plan_jointly(
+        plannable, available, forecasts=forecasts, snap=snap, pools=pools, profiles=profiles
+    )
+    decisions.update(joint_decisions)
+    for name, gpus in pool_gpus.items():
+        statuses[name] = statuses[name].model_copy(update={"planned_gpus": gpus})
     for p in pools:
         free = max(0, plannable_gpus(p, statuses[p.name]) - foreign_gpus(p, snap.nodes, snap.pods))
         statuses[p.name] = statuses[p.name].model_copy(update={"available_gpus": free})
@@ -328,6 +305,66 @@ def _internal_message(err: Exception) -> str:
         "plan keeps serving and the other services are planned. This is a gpumix bug: please "
         "report it with this service's spec and the operator's log"
     )
+
+
+def _withheld(available: dict[str, int], held: list[dict[str, int]]) -> dict[str, int]:
+    """``available`` less the GPUs per option (``ServiceDecision.held_gpus``) that services
+    kept out of the joint solve go on holding, each counted in its option's pool."""
+    out = dict(available)
+    for gpus_of in held:
+        for option, gpus in gpus_of.items():
+            pool = option if option in out else re.sub(r"-tp\d+$", "", option)
+            if pool in out:
+                out[pool] = max(0, out[pool] - gpus)
+    return out
+
+
+def _plan_jointly(
+    candidates: list["_Candidate"],
+    available: dict[str, int],
+    *,
+    forecasts: dict[ObjectKey, ForecastStatus | None],
+    snap: Snapshot,
+    pools: list[GPUPool],
+    profiles: list[GPUProfile],
+) -> tuple[dict[ObjectKey, ServiceDecision], dict[str, int]]:
+    """The candidates' decisions from one joint plan, and the GPUs it places per pool (none
+    when no plan is applied). A service whose decision raises keeps its last plan and the GPUs
+    that serve it, which the joint plan had counted on for its new share (possibly smaller):
+    the others are planned again without those GPUs, or they would be placed on them and
+    over-commit the pool."""
+    decisions: dict[ObjectKey, ServiceDecision] = {}
+    by_name = {p.name: p.spec for p in profiles}
+    while candidates:
+        try:
+            joint = _plan_to_targets(candidates, available, snap, pools, profiles)
+        except (SolverError, InvalidAllocationError) as err:
+            for c in candidates:
+                decisions[c.key] = _keep(
+                    previous=c.previous, running=c.running, reason="SolverFailed",
+                    message=f"the joint ILP solver stopped without a plan: {err}",
+                    generation=c.generation, now=snap.now,
+                )  # fmt: skip
+            return decisions, {}
+        failed: list[ObjectKey] = []
+        for c in candidates:
+            try:
+                decisions[c.key] = _planned(
+                    c, joint, forecast=forecasts[c.key], available=available,
+                    profiles=by_name, snap=snap,
+                )  # fmt: skip
+            except Exception as err:  # a gpumix bug on this service: the others apply
+                log.exception("deciding a service's plan raised", extra={"service": c.key})
+                decisions[c.key] = _keep(
+                    previous=c.previous, running=c.running, reason=INTERNAL_ERROR,
+                    message=_internal_message(err), generation=c.generation, now=snap.now,
+                )  # fmt: skip
+                failed.append(c.key)
+        if not failed:
+            return decisions, joint.plan.pool_gpus
+        available = _withheld(available, [decisions[k].held_gpus for k in failed])
+        candidates = [c for c in candidates if c.key not in failed]
+    return decisions, {}
 
 
 class _Prepared(BaseModel):

@@ -248,6 +248,21 @@ def test_pool_without_profile_is_named_in_planned() -> None:
     assert "pools left out: h100: no GPUProfile for model 'meta-llama/Llama-2-7b-hf'" in message
 
 
+def break_planning(monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
+    """Make the planner's ``stage`` raise, as a gpumix bug would, for the service at 2 req/s
+    ("bad"): before the joint solve (build_problem) or after it (calibrate)."""
+    real = getattr(cluster, stage)
+
+    def buggy(*args: Any, **kwargs: Any) -> Any:
+        # build_problem(service, ...); calibrate(..., grid=the service's workload)
+        workload = args[0].spec.workload if stage == "build_problem" else kwargs["grid"]
+        if workload.request_rate == 2.0:
+            raise ZeroDivisionError("float division by zero")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cluster, stage, buggy)
+
+
 @pytest.mark.parametrize("stage", ["build_problem", "calibrate"])
 def test_a_service_whose_planning_raises_keeps_its_plan_and_the_others_are_planned(
     monkeypatch: pytest.MonkeyPatch, stage: str
@@ -255,17 +270,7 @@ def test_a_service_whose_planning_raises_keeps_its_plan_and_the_others_are_plann
     """A gpumix bug tripped by one service's input (the API fuzzer found four such inputs, each
     of which stopped planning for every service) is that service's InternalError, before the
     joint solve (its problem) or after it (its decision)."""
-    real = getattr(cluster, stage)
-
-    def buggy(*args: Any, **kwargs: Any) -> Any:
-        # build_problem(service, ...); calibrate(..., grid=the service's workload): "bad" is
-        # the one at 2 req/s.
-        workload = args[0].spec.workload if stage == "build_problem" else kwargs["grid"]
-        if workload.request_rate == 2.0:
-            raise ZeroDivisionError("float division by zero")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(cluster, stage, buggy)
+    break_planning(monkeypatch, stage)
     running = {("default", "bad"): Running(replicas={"a10g": 2}, ready={"a10g": 2})}
     bodies = [service("bad", 2.0, "t0"), service("chat", 5.5, "t1")]
     d = plan_cluster(snap(services=bodies, running=running))
@@ -276,6 +281,29 @@ def test_a_service_whose_planning_raises_keeps_its_plan_and_the_others_are_plann
     assert "ZeroDivisionError" in message and "gpumix bug" in message
     assert cond(bad.status, "Degraded")[:2] == ("True", "KeepingLastPlan")
     assert chat.apply is not None and cond(chat.status, "Planned")[:2] == ("True", "PlanComputed")
+
+
+def test_a_service_whose_decision_raises_keeps_its_gpus_from_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The joint plan shrinks "bad" (4 A10G replicas for 2 req/s) to make room for "chat";
+    its decision raises, so it keeps its 4 replicas: chat must not be planned onto them too
+    (before, it was, and the capped pool was planned 6 of its 4 GPUs)."""
+    break_planning(monkeypatch, "calibrate")
+    only = [p for p in pools() if p["metadata"]["name"] == "a10g"]
+    held = Running(replicas={"a10g": 4}, ready={"a10g": 4}, gpus_per_replica={"a10g": 1})
+    bodies = [service("bad", 2.0, "t0"), service("chat", 3.0, "t1")]
+    small = snap(nodes=nodes({"a10g": 4}), pools=only, running={("default", "bad"): held})
+    d = plan_cluster(small.model_copy(update={"services": bodies}))
+    bad, chat = d.services[("default", "bad")], d.services[("default", "chat")]
+    assert bad.apply is None and cond(bad.status, "Planned")[1] == "InternalError"
+    assert bad.held_gpus == {"a10g": 4}
+    assert chat.target is not None and cond(chat.status, "Planned")[1] == "PlanComputed"
+    capacity = d.pool_status["a10g"].allocatable_gpus
+    assert capacity == 4
+    assert chat.target.get("a10g", 0) + bad.held_gpus["a10g"] <= capacity
+    assert sum(sd.held_gpus.get("a10g", 0) for sd in d.services.values()) <= capacity
+    assert cond(chat.status, "Ready")[:2] == ("False", "InsufficientCapacity")
 
 
 def test_a_deleted_pool_keeps_serving_until_the_new_replicas_are_ready_then_goes() -> None:
