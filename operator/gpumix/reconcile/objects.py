@@ -57,10 +57,11 @@ def desired_objects(
         if spec.model.cache is not None
         else []
     )
+    # Keyed by option: a pool's name, or `<pool>-tp<k>` for its k-GPU replicas.
     objects += [
-        render_deployment(owner, spec, pools[p], decision.choices[p], n, shape=decision.shape)
-        for p, n in sorted(decision.apply.items())
-        if p in pools and p in decision.choices
+        render_deployment(owner, spec, pools[c.pool], c, n, shape=decision.shape)
+        for option, n in sorted(decision.apply.items())
+        if (c := decision.choices.get(option)) is not None and c.pool in pools
     ]
     serving = {p: n for p, n in decision.target.items() if n}
     objects.append(render_service(owner, spec, router_ready=router_ready))

@@ -71,6 +71,29 @@ def test_routing_mode_router_adds_the_router_after_what_it_needs(chat: LLMServic
     assert container["image"] == IMAGE
 
 
+def test_an_option_of_multi_gpu_replicas_is_deployed_on_its_pool(chat: LLMService) -> None:
+    """Options are keyed `<pool>-tp<k>` for k-GPU replicas: each still gets its Deployment."""
+    rows, cols = chat.spec.workload.shape
+    tp2 = CHOICE.model_copy(update={"gpus_per_replica": 2})
+    decision = ServiceDecision(
+        apply={"l4": 1, "l4-tp2": 2},
+        target={"l4": 1, "l4-tp2": 2},
+        choices={"l4": CHOICE, "l4-tp2": tp2},
+        shares={o: [[0.5] * cols for _ in range(rows)] for o in ("l4", "l4-tp2")},
+        status=LLMServiceStatus(),
+    )
+    objects = desired_objects(_service(chat, "Service"), OWNER, decision, {"l4": POOL},
+                              router_image=IMAGE, router_ready=True)  # fmt: skip
+    deployments = [o for o in objects if o["kind"] == "Deployment"]
+    assert len(deployments) == 2
+    by_gpus = {
+        o["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]: o
+        for o in deployments
+    }
+    assert sorted(map(int, by_gpus)) == [1, 2]
+    assert [o["spec"]["replicas"] for _, o in sorted(by_gpus.items())] == [1, 2]
+
+
 def test_routing_mode_service_renders_no_router(chat: LLMService) -> None:
     objects = _render(chat, "Service")
     assert _kinds(objects) == [
