@@ -149,6 +149,15 @@ class Invariants(threading.Thread):
         return out
 
 
+def mid_rollout(watch: Invariants, before: dict[str, int]) -> bool:
+    """A pool has grown past plan ``before`` and none has shrunk yet."""
+    if not watch.states:
+        return False
+    now = watch.states[-1].replicas
+    grown = any(n > before.get(p, 0) for p, n in now.items())
+    return grown and all(now.get(p, 0) >= n for p, n in before.items())
+
+
 def converged(env: Env, service: str) -> dict[str, int] | None:
     """The allocation once status, Deployments and pods all agree (see the module doc), else
     None. Pods on nodes that no longer exist do not count as serving."""

@@ -45,6 +45,7 @@ from chaos_harness import (
     converged,
     current_log,
     metric,
+    mid_rollout,
     repeated_errors,
     until,
 )
@@ -58,8 +59,9 @@ from gpumix_e2e import KubeTarget
 pytestmark = pytest.mark.e2e
 
 NO_CHURN = {"churn": {"penalty": 0}, "slo": {"tpotMs": 120, "attainmentTarget": 0.5}}
-LOW, HIGH = 5.5, 7.0
-"""req/s of the chat sample whose plans differ (the move is a make-before-break rollout)."""
+LOW, HIGH = 4.0, 5.0
+"""req/s of the chat sample whose plans differ, a100-80gb×1 + l4×2 and a100-80gb×2 (the move is
+a make-before-break rollout: one pool grows, the other goes)."""
 DOWN_S = 3.0
 """How long a restarted control-plane component stays down."""
 CONVERGE_S = 180.0
@@ -109,15 +111,6 @@ def serve(env: Env, rate: float) -> dict[str, int]:
         f"chat at {rate} req/s to converge", lambda: converged(env, "chat"), timeout=CONVERGE_S
     )
     return allocation
-
-
-def mid_rollout(watch: Invariants, before: dict[str, int]) -> bool:
-    """A pool has grown and none has shrunk yet."""
-    if not watch.states:
-        return False
-    now = watch.states[-1].replicas
-    grown = any(n > before.get(p, 0) for p, n in now.items())
-    return grown and all(now.get(p, 0) >= n for p, n in before.items())
 
 
 def kubelet(op: Operator, outage_s: float) -> bool:

@@ -4,26 +4,25 @@ Exactly one holds the Lease and only it writes (each replica counts its writes i
 `gpumix_cluster_writes_total`; the follower's stays 0). SIGKILL the leader in the middle of a
 make-before-break rollout: the follower takes the Lease within the lease duration (plus its
 retry period), nothing writes the Deployments in between, the new leader finishes the rollout,
-and no shrinking pool is scaled down before the growing pools serve — checked on every
-Deployment event of a watch that runs through the whole handover. Short timings (3 s lease)
-through the flags; the Lease has a name of its own so that no other module's operator meets it.
+and no shrinking pool is scaled down before the growing pools serve, none to zero and no
+pool's Deployment twice — checked on every Deployment event of a watch that runs through the
+whole handover (chaos_harness.Invariants). Short timings (3 s lease) through the flags; the
+Lease has a name of its own so that no other module's operator meets it.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kubernetes import client, watch
+from chaos_harness import Invariants, metric, mid_rollout
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_harness import SAMPLES, Env, Operator, wait
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpumix_e2e import KubeTarget
 
@@ -32,61 +31,6 @@ pytestmark = pytest.mark.e2e
 LEASE_S, RENEW_S, RETRY_S = 3, 2.0, 0.5
 LEASE_NS = "default"  # where the harness puts every operator's Lease
 NO_CHURN = {"churn": {"penalty": 0}, "slo": {"tpotMs": 120, "attainmentTarget": 0.5}}
-
-
-def metric(op: Operator, name: str) -> float:
-    """The sum of a metric's samples on the replica's /metrics (0 when it has none)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{op.metrics_port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == name
-    )
-
-
-class DeploymentWatch(threading.Thread):
-    """Every state of one service's Deployments (replicas and available per pool), one entry
-    per watch event, with the monotonic time it arrived."""
-
-    def __init__(self, env: Env, service: str) -> None:
-        super().__init__(daemon=True)
-        self.env, self.service = env, service
-        self.states: list[tuple[float, dict[str, int], dict[str, int]]] = []
-        self._done = threading.Event()
-
-    def run(self) -> None:
-        current: dict[str, tuple[int, int]] = {}
-        version = None
-        while not self._done.is_set():
-            stream = watch.Watch().stream(
-                self.env.apps.list_namespaced_deployment,
-                self.env.ns,
-                label_selector=f"gpumix.io/service={self.service}",
-                resource_version=version,
-                timeout_seconds=2,
-            )
-            for event in stream:
-                d = event["object"]
-                version = d.metadata.resource_version
-                pool = d.metadata.labels["gpumix.io/pool"]
-                if event["type"] == "DELETED":
-                    current.pop(pool, None)
-                else:
-                    current[pool] = (d.spec.replicas, d.status.available_replicas or 0)
-                self.states.append((
-                    time.monotonic(),
-                    {p: r for p, (r, _) in current.items()},
-                    {p: a for p, (_, a) in current.items()},
-                ))  # fmt: skip
-
-    def latest(self) -> tuple[dict[str, int], dict[str, int]]:
-        return (self.states[-1][1], self.states[-1][2]) if self.states else ({}, {})
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join(timeout=10)
 
 
 @dataclass
@@ -149,10 +93,9 @@ def test_one_leader_writes_and_the_follower_finishes_its_rollout(
     assert metric(follower, "gpumix_leader") == 0
     transitions = leases.read_namespaced_lease(lease_name, LEASE_NS).spec.lease_transitions
 
-    deployments = DeploymentWatch(env, "chat")
-    deployments.start()
+    deployments = Invariants(env, "chat").begin()
     try:
-        env.apply(env.service("chat", 5.5, **NO_CHURN))
+        env.apply(env.service("chat", 4, **NO_CHURN))
         env.wait_condition("chat", "Ready", "True", "Serving", timeout=120)
         before = env.allocation("chat")
         # Only the leader wrote; the follower, campaigning all along, wrote nothing.
@@ -163,27 +106,21 @@ def test_one_leader_writes_and_the_follower_finishes_its_rollout(
         # The rate change moves replicas between pools: kill the leader once a pool has grown
         # and before any has shrunk (make-before-break keeps them until the new ones serve).
         replanned = time.monotonic()
-        env.apply(env.service("chat", 7, **NO_CHURN))
-
-        def mid_rollout() -> bool:
-            replicas_now, _ = deployments.latest()
-            grown = any(n > before.get(p, 0) for p, n in replicas_now.items())
-            kept = all(replicas_now.get(p, 0) >= n for p, n in before.items())
-            return grown and kept
-
-        wait("a pool to grow (the rollout to start)", mid_rollout, timeout=60, every=0.02)
+        env.apply(env.service("chat", 5, **NO_CHURN))
+        wait("a pool to grow (the rollout to start)", lambda: mid_rollout(deployments, before),
+             timeout=60, every=0.02)  # fmt: skip
         assert leader.proc is not None
         leader.proc.kill()
         killed = time.monotonic()
         leader.proc.wait()
-        mid = deployments.latest()
+        mid = deployments.states[-1]
         assert metric(follower, "gpumix_cluster_writes_total") == 0  # still following
 
         wait(f"{follower_id} to take the Lease", lambda: holder() == follower_id,
              timeout=LEASE_S + 10, every=0.05)  # fmt: skip
         takeover = time.monotonic() - killed
-        print(f"\nleader SIGKILLed mid-rollout at {mid}: {follower_id} took the Lease after "
-              f"{takeover:.2f} s (lease {LEASE_S} s, retry {RETRY_S} s)")  # fmt: skip
+        print(f"\nleader SIGKILLed mid-rollout at {mid.replicas}: {follower_id} took the Lease "
+              f"after {takeover:.2f} s (lease {LEASE_S} s, retry {RETRY_S} s)")  # fmt: skip
         # Not before the lease ran out: the leader acted until at most RENEW_S after its last
         # renewal, and the follower waited LEASE_S from when it saw that renewal. At most a
         # lease after that renewal (itself at most a retry period before the kill), plus the
@@ -194,8 +131,8 @@ def test_one_leader_writes_and_the_follower_finishes_its_rollout(
         assert metric(follower, "gpumix_leader") == 1
         acquired = killed + takeover
         # Nobody wrote the Deployments between the kill and the takeover.
-        between = [s for s in deployments.states if killed + 0.5 < s[0] < acquired - 0.1]
-        assert all(s[1] == mid[0] for s in between), between
+        between = [s for s in deployments.since(killed + 0.5) if s.at < acquired - 0.1]
+        assert all(s.replicas == mid.replicas for s in between), between
 
         def settled() -> bool:
             c = env.condition("chat", "Ready")
@@ -208,16 +145,14 @@ def test_one_leader_writes_and_the_follower_finishes_its_rollout(
     finally:
         deployments.stop()
 
-    growing = {p: n for p, n in after.items() if n > before.get(p, 0)}
-    shrinking = {p for p, n in before.items() if after.get(p, 0) < n}
-    assert growing, f"expected a pool to grow: {before} → {after}"
-    assert shrinking, f"expected a pool to shrink: {before} → {after}"
-    rollout = [(r, a) for t, r, a in deployments.states if t >= replanned]
-    for replicas_now, available in rollout:
-        if any(replicas_now.get(p, 0) < before[p] for p in shrinking):
-            assert all(available.get(p, 0) >= n for p, n in growing.items()), (
-                f"a pool shrank before the growing pools were available: {replicas_now} {available}"
-            )
+    grew = any(n > before.get(p, 0) for p, n in after.items())
+    shrank = any(after.get(p, 0) < n for p, n in before.items())
+    assert grew, f"expected a pool to grow: {before} → {after}"
+    assert shrank, f"expected a pool to shrink: {before} → {after}"
+    # Make-before-break through the handover: no shrinking pool below its count before the
+    # growing ones were available, none below its final count, none at zero, no duplicate.
+    assert not deployments.violations, deployments.violations
+    assert not deployments.dips(before, after, since=replanned)
     assert follower.alive()
 
     # A graceful stop releases the Lease: nobody holds it right away.
