@@ -102,7 +102,7 @@ def test_kv_scheduler_empties_the_newest_pod_and_removes_exactly_it(
     kv = {"enabled": False, "via": "Engine", "intervalSeconds": 2, "maxMigrationsPerPass": 10}
     # A target the ILP's plan meets: this test is about the KV scheduler, not the attainment loop.
     slo = {"tpotMs": 120, "attainmentTarget": 0.5}
-    env.apply(env.service("kv", 2, pools=["a10g"], kvMigration=kv, slo=slo))
+    env.apply(env.service("kv", 1.5, pools=["a10g"], kvMigration=kv, slo=slo))
     env.wait_condition("kv", "Ready", "True", "Serving", timeout=90)
     assert env.allocation("kv") == {"a10g": 3}
     wait("3 pods Running", lambda: env.pods_running_on_right_nodes("kv") == {"a10g": 3})
@@ -127,7 +127,7 @@ def test_kv_scheduler_empties_the_newest_pod_and_removes_exactly_it(
              r["state"] != "running" for u in sim_pods for r in requests(u)),
          timeout=40, every=0.2)  # fmt: skip
     # Now let MELL loose on it.
-    env.apply(env.service("kv", 2, pools=["a10g"], kvMigration={**kv, "enabled": True}, slo=slo))
+    env.apply(env.service("kv", 1.5, pools=["a10g"], kvMigration={**kv, "enabled": True}, slo=slo))
 
     def drained() -> dict[str, Any] | None:
         kvs = (env.get("kv").get("status") or {}).get("kvScheduler") or {}
@@ -188,7 +188,7 @@ def test_the_kv_scheduler_empties_a_pod_through_the_router_on_stock_engines(
     kv = {"enabled": False, "intervalSeconds": 2}
     slo = {"tpotMs": 120, "attainmentTarget": 0.5}
     routing = {"replicas": 1}
-    env.apply(env.service("kvr", 2, pools=["a10g"], kvMigration=kv, slo=slo, routing=routing))
+    env.apply(env.service("kvr", 1.5, pools=["a10g"], kvMigration=kv, slo=slo, routing=routing))
     env.wait_condition("kvr", "Ready", "True", "Serving", timeout=90)
     assert env.allocation("kvr") == {"a10g": 3}
     wait("3 pods Running", lambda: env.pods_running_on_right_nodes("kvr") == {"a10g": 3})
@@ -225,7 +225,7 @@ def test_the_kv_scheduler_empties_a_pod_through_the_router_on_stock_engines(
 
         wait("two streams on each pod", lambda: sorted(placed().values()) == [2, 2, 2],
              timeout=30, every=0.2)  # fmt: skip
-        env.apply(env.service("kvr", 2, pools=["a10g"], kvMigration={**kv, "enabled": True},
+        env.apply(env.service("kvr", 1.5, pools=["a10g"], kvMigration={**kv, "enabled": True},
                               slo=slo, routing=routing))  # fmt: skip
 
         def drained() -> dict[str, Any] | None:
