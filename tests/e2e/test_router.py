@@ -256,10 +256,10 @@ def test_routing_by_the_plan_beats_a_plain_service_on_a_mixed_plan(
     env: Env, kube: KubeTarget, tmp_path: Path
 ) -> None:
     """The chat sample's heterogeneous plan at 4 req/s (a100-80gb×1 + l4×2), served live by
-    simulated engines: the same requests
-    through the router (following the operator's routing ConfigMap) and spread over the pods at
-    random as a plain Service does. The requests carry their true length as `max_tokens` (the
-    simulated engine needs it to stop), which the router takes as a cap on its prediction."""
+    simulated engines: the same requests through the router (following the operator's routing
+    ConfigMap) and spread over the pods at random as a plain Service does. The requests carry
+    their true length as `max_tokens` (the simulated engine needs it to stop), which the router
+    takes as a cap on its prediction."""
     # A target the mixed plan meets keeps the attainment loop to the KV-cache headroom, which
     # this plan holds: this test is about routing a heterogeneous plan.
     body = env.service("chat", 4, slo={"tpotMs": 120, "attainmentTarget": 0.5})

@@ -62,6 +62,23 @@ def tight(chat: LLMService) -> LLMService:
     return chat.model_copy(update={"spec": chat.spec.model_copy(update={"slo": slo})})
 
 
+Predictions = list[tuple[Allocation, PredictedAttainment]]
+
+
+@pytest.fixture
+def predictions(monkeypatch: pytest.MonkeyPatch) -> Predictions:
+    """Every plan the attainment loop simulates, with its prediction, in order."""
+    seen: Predictions = []
+
+    def recording(*args: Any, **kwargs: Any) -> PredictedAttainment:
+        predicted = predict(*args, **kwargs)
+        seen.append((args[3], predicted))
+        return predicted
+
+    monkeypatch.setattr(attainment, "predict", recording)
+    return seen
+
+
 def test_the_melange_plan_of_the_demo_misses_and_the_slo_plan_meets_the_target(
     chat: LLMService, llama_profiles: list[GPUProfile], pools: list[GPUPool],
     demo: AllocationInstance,
@@ -90,31 +107,25 @@ def test_the_melange_plan_of_the_demo_misses_and_the_slo_plan_meets_the_target(
 
 def test_each_round_changes_the_plan_costs_at_least_the_one_before_and_the_best_is_kept(
     llama_profiles: list[GPUProfile], pools: list[GPUPool], tight: LLMService,
-    monkeypatch: pytest.MonkeyPatch,
+    predictions: Predictions,
 ) -> None:  # fmt: skip
     """With the target out of reach, derating runs until only misses no capacity recovers are
     left, or ``MAX_ROUNDS``; every round must change the plan (a derating step the optimum
     absorbs would repeat it), and the plan kept is the cheapest within ``STALL_GAIN`` of the
     best attainment seen."""
-    seen: list[tuple[Allocation, PredictedAttainment]] = []
-
-    def recording(*args: Any, **kwargs: Any) -> PredictedAttainment:
-        predicted = predict(*args, **kwargs)
-        seen.append((args[3], predicted))
-        return predicted
-
-    monkeypatch.setattr(attainment, "predict", recording)
     instance = build_problem(tight, pools, llama_profiles).instance
     assert instance is not None
     plan = plan_to_target(tight, pools, llama_profiles, instance, target=0.9999)
     assert plan is not None and not plan.reached
-    costs = [a.cost_per_hour for a, _ in seen]
+    costs = [a.cost_per_hour for a, _ in predictions]
     assert costs == sorted(costs) and costs[-1] > costs[0]
-    assert all((a.counts, a.share) != (b.counts, b.share) for (a, _), (b, _) in pairwise(seen))
-    last = seen[-1][1]
-    assert len(seen) == attainment.MAX_ROUNDS or 1 - last.alone - last.met < STALL_GAIN
-    best = max(p.met for _, p in seen)
-    near = [a.cost_per_hour for a, p in seen if p.met >= best - STALL_GAIN]
+    assert all(
+        (a.counts, a.share) != (b.counts, b.share) for (a, _), (b, _) in pairwise(predictions)
+    )
+    last = predictions[-1][1]
+    assert len(predictions) == attainment.MAX_ROUNDS or 1 - last.alone - last.met < STALL_GAIN
+    best = max(p.met for _, p in predictions)
+    near = [a.cost_per_hour for a, p in predictions if p.met >= best - STALL_GAIN]
     assert plan.allocation.cost_per_hour == min(near)
 
 
@@ -161,29 +172,21 @@ def test_a_pool_past_its_kv_headroom_is_derated_even_when_it_meets_the_target() 
 
 def test_the_loop_ends_on_a_plan_whose_caches_are_within_headroom(
     chat: LLMService, llama_profiles: list[GPUProfile], pools: list[GPUPool],
-    monkeypatch: pytest.MonkeyPatch,
+    predictions: Predictions,
 ) -> None:  # fmt: skip
     """The demo at 1.2 req/s on A10Gs alone: the first plan meets 98% in its prediction with the
     caches over half full (it preempts on other arrivals), so the loop derates on to a plan
     within the headroom, dearer, that still meets it."""
-    seen: list[tuple[Allocation, PredictedAttainment]] = []
-
-    def recording(*args: Any, **kwargs: Any) -> PredictedAttainment:
-        predicted = predict(*args, **kwargs)
-        seen.append((args[3], predicted))
-        return predicted
-
-    monkeypatch.setattr(attainment, "predict", recording)
     workload = chat.spec.workload.model_copy(update={"request_rate": 1.2})
     slow = chat.model_copy(update={"spec": chat.spec.model_copy(update={"workload": workload})})
     instance = build_problem(slow, pools, llama_profiles).instance
     assert instance is not None
     plan = plan_to_target(slow, pools, llama_profiles, instance, target=0.98, only="a10g")
     assert plan is not None and plan.reached
-    first = seen[0][1]
+    first = predictions[0][1]
     assert first.met >= 0.98 and first.kv_bound() == ["a10g"]
     assert plan.predicted.kv_bound() == [] and plan.predicted.met >= 0.98
-    assert plan.allocation.cost_per_hour > seen[0][0].cost_per_hour
+    assert plan.allocation.cost_per_hour > predictions[0][0].cost_per_hour
 
 
 def test_a_mix_dearer_than_a_single_type_that_keeps_the_promise_gives_way_to_it(
