@@ -166,8 +166,8 @@ def predict(
             p: PoolAttainment(
                 requests=seen[p],
                 met=met[p] / seen[p],
-                utilisation=stats[p].utilisation if p in stats else 0.0,
-                kv_usage=stats[p].kv_usage if p in stats else 0.0,
+                utilisation=s.utilisation if (s := stats.get(p)) else 0.0,
+                kv_usage=s.kv_usage if s else 0.0,
             )
             for p in seen
             if p
@@ -291,7 +291,8 @@ def derate_step(
     requests) shrinks by :func:`_step`, and at least so far that its planned load no longer fits
     its replicas; options absent from ``factors`` start at 1."""
     out = dict(factors)
-    short = [p for p, a in predicted.pools.items() if a.met < target or a.kv_usage > KV_HEADROOM]
+    full = predicted.kv_bound()
+    short = [p for p, a in predicted.pools.items() if a.met < target or p in full]
     for pool in short or [p for p, c in counts.items() if c > 0]:
         met = predicted.pools[pool].met if pool in predicted.pools else 0.0
         # A step the optimum absorbs (a pool planned below its replicas keeps them) would
