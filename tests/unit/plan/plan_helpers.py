@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from fractions import Fraction
 
+import pytest
 from hypothesis import strategies as st
 
 from gpumix.plan import AllocationInstance, GPUOption
+from gpumix.plan.joint import JointInstance, PoolLimit, ReplicaOption, ServiceDemand, solve_joint
+from gpumix.plan.joint import solve as js
 from gpumix.plan.model import MIN_CAPACITY_LOAD, MIN_CAPACITY_RATIO
 
 
@@ -187,3 +191,39 @@ def mixed_scale_instances(
         for k in range(draw(st.integers(2, 3)))
     ]
     return AllocationInstance(rates=rates, gpus=gpus, slice_factor=draw(st.integers(1, max_slices)))
+
+
+# Fleets with a scarce pool (the joint plan's decompositions, #19)
+
+PRICE = {"cheap": 1.0, "mid": 1.6, "dear": 3.0}
+SPEED = {"cheap": 1.0, "mid": 1.2, "dear": 2.0}
+
+
+def fleet(services: int, seed: int, *, mid: int | None = None, cheap: int = 6) -> JointInstance:
+    """Even services may use all three pools, odd ones only `mid` and `dear`: only the even
+    ones compete for the scarce `cheap` pool, unless `mid` is scarce too."""
+    rng = random.Random(seed)
+    demands = []
+    for i in range(services):
+        rates = [[rng.uniform(0.5, 3.0), rng.uniform(0.0, 2.0)]]
+        usable = list(PRICE) if i % 2 == 0 else ["mid", "dear"]
+        options = [
+            ReplicaOption(
+                name=p, pool=p, cost_per_hour=PRICE[p],
+                max_tput=[[SPEED[p] * rng.uniform(0.9, 1.1), SPEED[p] * 0.7]],
+            )
+            for p in usable
+        ]  # fmt: skip
+        demands.append(ServiceDemand(name=f"s{i}", rates=rates, options=options))
+    pools = [PoolLimit(name="cheap", gpus=cheap), PoolLimit(name="mid", gpus=mid),
+             PoolLimit(name="dear")]  # fmt: skip
+    return JointInstance(services=demands, pools=pools, allow_partial=False)
+
+
+def full(inst: JointInstance, monkeypatch: pytest.MonkeyPatch) -> float:
+    """The full joint solve's objective (the path small fleets take)."""
+    with monkeypatch.context() as m:
+        m.setattr(js, "DECOMPOSE_FROM", 10**6)
+        plan = solve_joint(inst, gap_rel=0.0)
+    assert plan is not None and plan.result.status == "optimal"
+    return plan.cost_per_hour + plan.churn_cost

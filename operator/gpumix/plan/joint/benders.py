@@ -323,7 +323,7 @@ def solve_benders(
         for (si, o), y in counts.items():
             service = instance.services[si]
             option = service.options[o]
-            total += option.cost_per_hour * y
+            total += (option.cost_per_hour + option.price_per_hour) * y
             if (si, o) in master.added:
                 weight = max(service.churn_penalty, jm.TIE_BREAK)
                 total += weight * option.cost_per_hour * max(0.0, y - option.running)

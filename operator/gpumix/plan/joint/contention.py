@@ -78,7 +78,7 @@ def restricted(instance: JointInstance, members: set[int]) -> JointInstance:
     })  # fmt: skip
 
 
-def _lower(plan: JointAllocation) -> float:
+def lower(plan: JointAllocation) -> float:
     """A lower bound on the objective (cost plus churn penalty) of ``plan``'s instance: its
     objective less its reported relative gap (0 without a gap from a search that stopped)."""
     objective = plan.cost_per_hour + plan.churn_cost
@@ -93,5 +93,5 @@ def bound(
 ) -> float:
     """A lower bound on the joint optimum: the uncontended services' own optima (each less
     its gap) plus the bound of the contended services' joint solve in the whole pools."""
-    outside = sum(_lower(own[i]) for i in range(len(instance.services)) if i not in members)
-    return outside + _lower(joint)
+    outside = sum(lower(own[i]) for i in range(len(instance.services)) if i not in members)
+    return outside + lower(joint)

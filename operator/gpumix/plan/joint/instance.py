@@ -44,6 +44,9 @@ class ReplicaOption(BaseModel):
     gpus_per_replica: int = Field(default=1, ge=1)
     cost_per_hour: float = Field(gt=0, allow_inf_nan=False)
     """$/h of one replica (all of its GPUs)."""
+    price_per_hour: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """A price on the pool GPUs one replica takes (:mod:`gpumix.plan.joint.pricing`): added to
+    the objective only; not paid, not in budgets, not charged as churn."""
     max_tput: Matrix
     """MaxTput of one replica in req/s per bucket at the service's SLO; 0 = cannot serve."""
     running: int = Field(default=0, ge=0)

@@ -111,7 +111,9 @@ def dominated(instance: JointInstance) -> set[Key]:
                 m = big.gpus_per_replica // small.gpus_per_replica
                 if m > 1 and service.max_replicas is not None:
                     continue
-                if m * small.cost_per_hour > big.cost_per_hour + 1e-12:
+                if m * (small.cost_per_hour + small.price_per_hour) > (
+                    big.cost_per_hour + big.price_per_hour + 1e-12
+                ):
                     continue
                 if all(
                     m * ts >= tb
@@ -348,8 +350,14 @@ TIE_BREAK = 1e-4
 
 
 def cost_expr(instance: JointInstance, model: JointModel) -> pulp.LpAffineExpression:
-    """$/h of every replica (Mélange (1), Coral's provisioning cost)."""
-    return _cost(instance, model, None)
+    """$/h of every replica (Mélange (1), Coral's provisioning cost), plus the price of the
+    GPUs it takes where an option carries one (a priced solve, Lagrangian pricing)."""
+    priced = [
+        instance.services[s].options[o].price_per_hour * var
+        for (s, o), var in model.counts.items()
+        if instance.services[s].options[o].price_per_hour
+    ]
+    return _cost(instance, model, None) + pulp.lpSum(priced)
 
 
 def churn_expr(instance: JointInstance, model: JointModel) -> pulp.LpAffineExpression:

@@ -24,7 +24,7 @@ import pulp
 
 from gpumix.plan.errors import InvalidAllocationError, SolverError
 from gpumix.plan.instance import Bucket
-from gpumix.plan.joint import benders, contention
+from gpumix.plan.joint import benders, contention, pricing
 from gpumix.plan.joint import model as jm
 from gpumix.plan.joint.balance import balanced
 from gpumix.plan.joint.instance import JointInstance, Objective, Priority, ServiceDemand
@@ -301,6 +301,33 @@ def _by_service(
     return None
 
 
+def _priced(
+    instance: JointInstance, parts: list[JointAllocation], solver: SolverName, limit: float,
+    gap: float,
+) -> JointAllocation | None:  # fmt: skip
+    """The joint plan chosen among each contending service's priced plans
+    (:mod:`gpumix.plan.joint.pricing`), its gap to the Lagrangian bound; ``None`` when no
+    choice fits in time."""
+    start = time.perf_counter()
+
+    def solve_one(alone: JointInstance) -> JointAllocation | None:
+        return _own_plan(alone.model_dump_json(), solver, max(limit, FALLBACK_MIN_S), gap)
+
+    out = pricing.solve_priced(instance, parts, solve_one, solver=solver, limit=limit, gap=gap)
+    if out is None:
+        return None
+    plans = out.plans
+    objective = sum(plan.cost_per_hour + plan.churn_cost for plan in plans)
+    plan_gap = max(0.0, 1 - out.bound / objective) if objective > 0 else 0.0
+    status = "optimal" if plan_gap <= gap + 1e-12 else "feasible"
+    message = f"{out.message}; gap {plan_gap:.2%} to the Lagrangian bound"
+    stages = [stage for plan in plans for stage in plan.stages]
+    union = _union(instance, plans, stages, status, message)
+    seconds = time.perf_counter() - start
+    result = union.result.model_copy(update={"gap": plan_gap, "seconds": seconds})
+    return union.model_copy(update={"result": result})
+
+
 def _union(
     instance: JointInstance,
     parts: list[JointAllocation],
@@ -426,11 +453,19 @@ def _min_cost(
         if separate is not None:
             return separate
         if decomposed and fleet and parts is not None and instance.budget_per_hour is None:
-            by_service = _by_service(instance, parts, solver, limit, gap)
-            if by_service is not None and by_service.result.status == "optimal":
-                return by_service
-            if by_service is not None:
-                return _at_least_in_turn(instance, by_service, solver, limit, gap)
+            start = time.perf_counter()
+            priced = _priced(instance, parts, solver, limit, gap)
+            if priced is not None and priced.result.status == "optimal":
+                return priced
+            left = limit - (time.perf_counter() - start)
+            by_service = _by_service(instance, parts, solver, left, gap) if left > 0 else None
+            found = [p for p in (priced, by_service) if p is not None]
+            if found:
+                best = min(found, key=lambda p: (round(p.cost_per_hour + p.churn_cost, 9),
+                                                 p.result.status != "optimal"))  # fmt: skip
+                if best.result.status == "optimal":
+                    return best
+                return _at_least_in_turn(instance, best, solver, limit, gap)
     partial = instance.allow_partial
     if not any_unservable:
         try:
