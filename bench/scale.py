@@ -301,7 +301,7 @@ def offline(
     n_services: int, n_nodes: int, seed: int, time_limit_s: float, *, profile: bool,
     sequential: bool,
 ) -> dict[str, Any]:  # fmt: skip
-    rc._solve.cache_clear()
+    rc._solved.clear()
     services = service_bodies(n_services, seed)
     t0 = time.perf_counter()
     profile_bodies()

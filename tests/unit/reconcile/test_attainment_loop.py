@@ -243,3 +243,30 @@ def test_derate_step_shrinks_the_pools_that_miss_past_their_planned_load() -> No
     on_target_pools = predicted(0.97, {"a": 0.995, "b": 0.995})  # the misses are dropped ones
     stepped = derate_step({}, on_target_pools, counts, {"a": 2.0, "b": 0.0}, 0.99)
     assert stepped == pytest.approx({"a": 0.9, "b": 0.9})  # every planned pool; b: no load
+
+
+def test_joint_plans_are_kept_by_digest_and_the_least_recently_used_goes_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    solved: list[str] = []
+
+    def solve_joint(instance: Any, **_: Any) -> JointAllocation | None:
+        solved.append(instance.services[0].name)
+        return None
+
+    monkeypatch.setattr(cluster, "solve_joint", solve_joint)
+    monkeypatch.setattr(cluster, "_solved", {})
+    monkeypatch.setattr(cluster, "SOLVES_KEPT", 3)
+    instances = [
+        f'{{"services": [{{"name": "s{i}", "rates": [[1.0]], "options": []}}], "pools": []}}'
+        for i in range(4)
+    ]
+    for text in instances[:3]:
+        cluster._solve(text, 5.0)
+    cluster._solve(instances[0], 5.0)  # s0 is now the most recently used
+    cluster._solve(instances[3], 5.0)  # s1 goes
+    cluster._solve(instances[0], 5.0)
+    cluster._solve(instances[1], 5.0)
+    cluster._solve(instances[0], 6.0)  # another time limit: another plan
+    assert solved == ["s0", "s1", "s2", "s3", "s1", "s0"]
+    assert all(len(key) == 64 for key in cluster._solved)

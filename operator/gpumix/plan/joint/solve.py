@@ -35,10 +35,12 @@ from gpumix.plan.result import SolveResult, SolverName
 from gpumix.plan.solvers import run
 
 DECOMPOSE_FROM = 16
-"""Services from which the joint min-cost plan starts from each service's own plan (cached) and
-decomposes by contention (:func:`_by_service`) before the full joint solve."""
-OWN_PLANS_KEPT = 4096
-"""Single-service plans kept (:func:`_own_plan`): a few per service of a large fleet."""
+"""Services from which the joint min-cost plan starts from each service's own plan (cached) and,
+when those overflow a pool, prices it (:func:`_priced`) and decomposes by contention
+(:func:`_by_service`) before the full joint solve."""
+OWN_PLANS_KEPT = 16384
+"""Single-service plans kept (:func:`_own_plan`): a service of a large fleet keeps its own plan,
+its priced plans (about ten) and its plan in turn."""
 FALLBACK_MIN_S = 5.0
 """Seconds the compact model still gets when the Benders loop gave up near the time limit."""
 STAGE_TOL = 1e-7
@@ -440,6 +442,30 @@ def _full_service(
     return _read(instance, model, stages, Objective.MIN_COST)
 
 
+def _fleet(
+    instance: JointInstance, parts: list[JointAllocation], solver: SolverName, limit: float,
+    gap: float,
+) -> JointAllocation | None:  # fmt: skip
+    """A fleet's plan when the services' own plans overflow a pool: the priced choice
+    (:func:`_priced`); when it is not within ``gap`` of its bound, also the contention
+    decomposition in the time left; the cheaper, never dearer than the services planned in
+    turn. ``None`` when neither finds a plan (the full joint solve is next)."""
+    start = time.perf_counter()
+    priced = _priced(instance, parts, solver, limit, gap)
+    if priced is not None and priced.result.status == "optimal":
+        return priced
+    left = limit - (time.perf_counter() - start)
+    by_service = _by_service(instance, parts, solver, left, gap) if left > 0 else None
+    found = [p for p in (priced, by_service) if p is not None]
+    if not found:
+        return None
+    best = min(found, key=lambda p: (round(p.cost_per_hour + p.churn_cost, 9),
+                                     p.result.status != "optimal"))  # fmt: skip
+    if best.result.status == "optimal":
+        return best
+    return _at_least_in_turn(instance, best, solver, limit, gap)
+
+
 def _min_cost(
     instance: JointInstance, solver: SolverName, limit: float, gap: float, *, decompose: bool
 ) -> JointAllocation | None:
@@ -453,19 +479,9 @@ def _min_cost(
         if separate is not None:
             return separate
         if decomposed and fleet and parts is not None and instance.budget_per_hour is None:
-            start = time.perf_counter()
-            priced = _priced(instance, parts, solver, limit, gap)
-            if priced is not None and priced.result.status == "optimal":
-                return priced
-            left = limit - (time.perf_counter() - start)
-            by_service = _by_service(instance, parts, solver, left, gap) if left > 0 else None
-            found = [p for p in (priced, by_service) if p is not None]
-            if found:
-                best = min(found, key=lambda p: (round(p.cost_per_hour + p.churn_cost, 9),
-                                                 p.result.status != "optimal"))  # fmt: skip
-                if best.result.status == "optimal":
-                    return best
-                return _at_least_in_turn(instance, best, solver, limit, gap)
+            plan = _fleet(instance, parts, solver, limit, gap)
+            if plan is not None:
+                return plan
     partial = instance.allow_partial
     if not any_unservable:
         try:
