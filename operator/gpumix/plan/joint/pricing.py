@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pulp
@@ -177,6 +177,14 @@ def envelope(
     return Envelope(at)
 
 
+def distinct(columns: Iterable[Column]) -> list[Column]:
+    """The different plans (by replica counts) in order, the first of each kept."""
+    out: dict[tuple[tuple[str, int], ...], Column] = {}
+    for col in columns:
+        out.setdefault(col.counts(), col)
+    return list(out.values())
+
+
 def cap_counts(own: int) -> list[int]:
     """The GPU caps below ``own`` a service's capped plans are solved at (0: pool closed)."""
     if own <= CAPS:
@@ -305,18 +313,26 @@ def solve_priced(
             i: column(instance, i, own[i]) for i in range(len(instance.services)) if i not in users
         }
         envelopes: dict[int, Envelope] = {}
-        columns: dict[int, list[Column]] = {}
         for i in users:
             if time.perf_counter() > deadline:
                 return None
             envelopes[i] = envelope(instance, i, own[i], unit, solve_one)
-            columns[i] = [
-                *envelopes[i].at.values(),
-                *capped(instance, i, envelopes[i].at[0.0], priced, solve_one),
-            ]
-        found = {i: list({c.counts(): c for c in cols}.values()) for i, cols in columns.items()}
+        found = {i: distinct(e.at.values()) for i, e in envelopes.items()}
         left = deadline - time.perf_counter()
         choice = master(instance, found, kept, solver=solver, limit=max(left, 1.0), gap=gap)
+        # Plans capped below a service's own share of the priced pools, for the services the
+        # choice moved off their own plan (or for every one when nothing fits yet).
+        moved = [
+            i for i in users if choice is None or choice.picked[i].counts() != found[i][0].counts()
+        ]
+        for i in moved:
+            if time.perf_counter() > deadline:
+                return None
+            found[i] = distinct([*found[i], *capped(instance, i, found[i][0], priced, solve_one)])
+        if moved:
+            left = deadline - time.perf_counter()
+            again = master(instance, found, kept, solver=solver, limit=max(left, 1.0), gap=gap)
+            choice = again or choice
         if choice is None:
             spill = _spilled(instance, found, kept) & limited - priced
             if not spill:
@@ -328,7 +344,7 @@ def solve_priced(
         plans = [choice.picked[i].plan if i in choice.picked else own[i] for i in range(len(own))]
         message = (
             f"priced {', '.join(sorted(priced))}: {len(users)} of {len(own)} services chose "
-            f"among {sum(len(c) for c in found.values())} plans on their price envelopes "
+            f"among {sum(len(c) for c in found.values())} plans priced or capped "
             f"(master {choice.status} in {choice.seconds:.2f} s)"
         )
         return Priced(plans, bound, message)
