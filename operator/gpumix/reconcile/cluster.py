@@ -23,7 +23,6 @@ as it was, every pass of a search changed the plan of services that nothing had 
 services: 3-5 plan changes a pass, each a rollout).
 """
 
-import hashlib
 import logging
 import re
 from typing import Any
@@ -49,6 +48,7 @@ from gpumix.attainment import (
     derated,
     stalled,
 )
+from gpumix.digestcache import DigestCache
 from gpumix.manifests import describe
 from gpumix.observe import ObservedWorkload, WorkloadDecision
 from gpumix.plan import SolverError
@@ -772,24 +772,19 @@ def _joint_instance(
 
 SOLVES_KEPT = 16
 """Joint plans kept (:func:`_solve`): a pass's derating rounds and the plan later passes ask
-for again. At fleet size one plan and its instance take megabytes (500 services: about 3 MB
-of JSON), so the cache is keyed by a digest and stays small."""
-_solved: dict[str, JointAllocation | None] = {}
+for again. At fleet size one plan takes megabytes (500 services: about 6 MB, and 3 MB of
+instance JSON, kept as a digest), so not more."""
+_solved: DigestCache[JointAllocation | None] = DigestCache(SOLVES_KEPT)
 
 
 def _solve(instance_json: str, time_limit_s: float) -> JointAllocation | None:
-    """Plans are pure functions of the instance; the loop reruns on every pod event, so cache
-    (least recently used out)."""
-    key = hashlib.sha256(f"{time_limit_s!r}\0{instance_json}".encode()).hexdigest()
-    if key in _solved:
-        _solved[key] = _solved.pop(key)
-        return _solved[key]
-    instance = JointInstance.model_validate_json(instance_json)
-    plan = solve_joint(instance, time_limit_s=time_limit_s, gap_rel=GAP_REL)
-    if len(_solved) >= SOLVES_KEPT:
-        del _solved[next(iter(_solved))]
-    _solved[key] = plan
-    return plan
+    """Plans are pure functions of the instance; the loop reruns on every pod event, so cache."""
+
+    def solve() -> JointAllocation | None:
+        instance = JointInstance.model_validate_json(instance_json)
+        return solve_joint(instance, time_limit_s=time_limit_s, gap_rel=GAP_REL)
+
+    return _solved.get(f"{time_limit_s!r}\0{instance_json}", solve)
 
 
 def _gpus_per_node(pools: list[GPUPool], nodes: list[NodeInfo]) -> dict[str, int]:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gpumix.attainment import PoolAttainment, PredictedAttainment, derate_step
+from gpumix.digestcache import DigestCache
 from gpumix.plan import SolverError
 from gpumix.plan.joint import JointAllocation
 from gpumix.reconcile import cluster
@@ -255,8 +256,7 @@ def test_joint_plans_are_kept_by_digest_and_the_least_recently_used_goes_first(
         return None
 
     monkeypatch.setattr(cluster, "solve_joint", solve_joint)
-    monkeypatch.setattr(cluster, "_solved", {})
-    monkeypatch.setattr(cluster, "SOLVES_KEPT", 3)
+    monkeypatch.setattr(cluster, "_solved", DigestCache(3))
     instances = [
         f'{{"services": [{{"name": "s{i}", "rates": [[1.0]], "options": []}}], "pools": []}}'
         for i in range(4)
@@ -269,4 +269,4 @@ def test_joint_plans_are_kept_by_digest_and_the_least_recently_used_goes_first(
     cluster._solve(instances[1], 5.0)
     cluster._solve(instances[0], 6.0)  # another time limit: another plan
     assert solved == ["s0", "s1", "s2", "s3", "s1", "s0"]
-    assert all(len(key) == 64 for key in cluster._solved)
+    assert len(cluster._solved) == 3

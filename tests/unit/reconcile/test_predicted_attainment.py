@@ -9,6 +9,7 @@ from gpumix.api import GPUPool, GPUProfile, LLMService, LLMServiceStatus
 from gpumix.attainment import KV_HEADROOM
 from gpumix.plan import Allocation
 from gpumix.reconcile import cluster
+from gpumix.reconcile import service as service_module
 from gpumix.reconcile.cluster import plan_cluster
 from gpumix.reconcile.service import ServiceDecision, predicted_attainment
 
@@ -126,3 +127,18 @@ def test_an_unchanged_plan_is_simulated_once() -> None:
     assert predicted_attainment(touched, gpu_pools, profs, resolved) is first
     fewer = alloc.model_copy(update={"counts": {**alloc.counts, "a10g": 1}})
     assert predicted_attainment(svc, gpu_pools, profs, fewer) is not first
+
+
+def test_the_specs_digest_is_computed_once_per_pass_and_follows_every_spec() -> None:
+    pool_objs = [GPUPool.model_validate(p) for p in pools()]
+    profile_objs = [GPUProfile.model_validate(p) for p in profiles()]
+    first = service_module._specs_digest(pool_objs, profile_objs)
+    assert service_module._specs_digest(pool_objs, profile_objs) is first  # held, not redone
+    again = service_module._specs_digest(list(pool_objs), list(profile_objs))
+    assert again == first  # new lists of the same specs: the same digest
+    changed = [pool_objs[0].model_copy(update={"spec": pool_objs[0].spec.model_copy(
+        update={"price_per_gpu_hour": 0.123})}),
+        *pool_objs[1:]]  # fmt: skip
+    assert service_module._specs_digest(changed, profile_objs) != first
+    fewer = profile_objs[1:]
+    assert service_module._specs_digest(pool_objs, fewer) not in (first, again)

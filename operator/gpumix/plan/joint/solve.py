@@ -15,13 +15,13 @@ model linear in ``α``.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from dataclasses import dataclass, field
 
 import pulp
 
+from gpumix.digestcache import DigestCache
 from gpumix.plan.errors import InvalidAllocationError, SolverError
 from gpumix.plan.instance import Bucket
 from gpumix.plan.joint import benders, contention, pricing
@@ -38,9 +38,9 @@ DECOMPOSE_FROM = 16
 """Services from which the joint min-cost plan starts from each service's own plan (cached) and,
 when those overflow a pool, prices it (:func:`_priced`) and decomposes by contention
 (:func:`_by_service`) before the full joint solve."""
-OWN_PLANS_KEPT = 16384
-"""Single-service plans kept (:func:`_own_plan`): a service of a large fleet keeps its own plan,
-its priced plans (about ten) and its plan in turn."""
+OWN_PLANS_KEPT = 8192
+"""Single-service plans kept (:func:`_own_plan`, about 16 KB each): a service of a large fleet
+keeps its own plan, its priced and capped plans (about five) and its plan in turn."""
 FALLBACK_MIN_S = 5.0
 """Seconds the compact model still gets when the Benders loop gave up near the time limit."""
 STAGE_TOL = 1e-7
@@ -223,17 +223,23 @@ def _separately(
     return _union(instance, parts, stages, status, message)
 
 
-@functools.lru_cache(maxsize=OWN_PLANS_KEPT)
+_own: DigestCache[JointAllocation | None] = DigestCache(OWN_PLANS_KEPT)
+
+
 def _own_plan(
     alone_json: str, solver: SolverName, limit: float, gap: float
 ) -> JointAllocation | None:
     """The cheapest full plan of a one-service instance (``None``: none), cached by the
     instance: plans are pure functions of it, and the operator replans on every event."""
-    alone = JointInstance.model_validate_json(alone_json)
-    try:
-        return _full_service(alone, solver, limit, gap, [], decompose=True)
-    except SolverError:
-        return None
+
+    def solve() -> JointAllocation | None:
+        alone = JointInstance.model_validate_json(alone_json)
+        try:
+            return _full_service(alone, solver, limit, gap, [], decompose=True)
+        except SolverError:
+            return None
+
+    return _own.get(f"{solver}\0{limit!r}\0{gap!r}\0{alone_json}", solve)
 
 
 def _own_plans(
