@@ -196,10 +196,11 @@ def capped(
     instance: JointInstance, index: int, own: Column, pools: set[str], solve_one: SolveOne
 ) -> list[Column]:
     """The service's cheapest plans with fewer GPUs of one priced pool than its own plan
-    takes: the columns between the envelope's pieces. With one contended pool, plans at every
-    cap are all the master needs (a plan never wants more of the pool than its own optimum),
-    so its choice is then the joint optimum; the envelope alone leaves the pool's last GPUs
-    unused where no service's piece fits them."""
+    takes: the columns between the envelope's pieces, without which the pool's last GPUs stay
+    idle where no service's piece fits them. With one contended pool and every service's
+    plans at every cap, the master's choice would be the joint optimum (no plan wants more of
+    the pool than its own optimum); :func:`solve_priced` caps only the services its first
+    choice moved, which found the same plans on the scale bench's fleets."""
     out = []
     for pool in sorted(pools):
         for k in cap_counts(own.gpus.get(pool, 0)):
