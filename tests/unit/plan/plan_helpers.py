@@ -227,3 +227,17 @@ def full(inst: JointInstance, monkeypatch: pytest.MonkeyPatch) -> float:
         plan = solve_joint(inst, gap_rel=0.0)
     assert plan is not None and plan.result.status == "optimal"
     return plan.cost_per_hour + plan.churn_cost
+
+
+def squeezed_fleet() -> tuple[JointInstance, int]:
+    """A fleet whose `mid` pool holds one GPU more than the odd services take on their own:
+    the even ones, pushed out of the scarce `cheap` pool, overflow it. Also `mid`'s GPUs."""
+    inst = fleet(js.DECOMPOSE_FROM + 2, 3, cheap=2)
+    free = inst.model_copy(update={"pools": [p.model_copy(update={"gpus": None})
+                                             for p in inst.pools]})  # fmt: skip
+    alone = solve_joint(free)
+    assert alone is not None
+    mid = alone.pool_gpus["mid"] + 1
+    pools = [PoolLimit(name="cheap", gpus=2), PoolLimit(name="mid", gpus=mid),
+             PoolLimit(name="dear")]  # fmt: skip
+    return inst.model_copy(update={"pools": pools}), mid

@@ -5,10 +5,9 @@ joint solve finds."""
 from __future__ import annotations
 
 import pytest
-from plan_helpers import fleet, full
+from plan_helpers import fleet, full, squeezed_fleet
 
 from gpumix.plan.joint import (
-    PoolLimit,
     contention,
     solve_joint,
     validate_joint,
@@ -37,18 +36,11 @@ def test_a_pool_the_contended_services_spill_into_pulls_its_users_in(
 ) -> None:
     # `mid` holds about what the odd services take on their own: the even ones, pushed out of
     # `cheap`, overflow it, so the odd services join the joint solve too.
-    inst = fleet(js.DECOMPOSE_FROM + 2, 3, cheap=2)
-    free = inst.model_copy(update={"pools": [p.model_copy(update={"gpus": None})
-                                             for p in inst.pools]})  # fmt: skip
-    alone = solve_joint(free)
-    assert alone is not None
-    squeezed = inst.model_copy(update={"pools": [
-        PoolLimit(name="cheap", gpus=2), PoolLimit(name="mid", gpus=alone.pool_gpus["mid"] + 1),
-        PoolLimit(name="dear"),
-    ]})  # fmt: skip
+    squeezed, mid = squeezed_fleet()
+    monkeypatch.setattr(js, "_priced", lambda *_: None)  # the search before this one
     plan = solve_joint(squeezed, gap_rel=0.0)
     assert plan is not None and validate_joint(squeezed, plan) == []
-    assert plan.pool_gpus["mid"] <= alone.pool_gpus["mid"] + 1
+    assert plan.pool_gpus["mid"] <= mid
     assert plan.cost_per_hour + plan.churn_cost == pytest.approx(
         full(squeezed, monkeypatch), rel=1e-6
     )

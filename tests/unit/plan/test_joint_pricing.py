@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from plan_helpers import fleet, full
+from plan_helpers import fleet, full, squeezed_fleet
 
 from gpumix.plan.joint import (
     JointInstance,
@@ -125,21 +125,12 @@ def test_plans_that_keep_part_of_their_share_fill_the_scarce_pool(
 def test_a_pool_the_priced_services_spill_into_is_priced_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    inst = fleet(js.DECOMPOSE_FROM + 2, 3, cheap=2)
-    free = inst.model_copy(update={"pools": [p.model_copy(update={"gpus": None})
-                                             for p in inst.pools]})  # fmt: skip
-    alone = solve_joint(free)
-    assert alone is not None
-    squeezed = inst.model_copy(update={"pools": [
-        PoolLimit(name="cheap", gpus=2), PoolLimit(name="mid", gpus=alone.pool_gpus["mid"] + 1),
-        PoolLimit(name="dear"),
-    ]})  # fmt: skip
+    squeezed, mid = squeezed_fleet()
     parts = own_plans(squeezed)
     out = pricing.solve_priced(squeezed, parts, solve_one, solver="highs", limit=LIMIT, gap=GAP)
     assert out is not None
     assert out.message.startswith("priced cheap, mid: ")
-    mid = sum(p.pool_gpus["mid"] for p in out.plans)
-    assert mid <= alone.pool_gpus["mid"] + 1
+    assert sum(p.pool_gpus["mid"] for p in out.plans) <= mid
     objective = sum(p.cost_per_hour + p.churn_cost for p in out.plans)
     optimum = full(squeezed, monkeypatch)
     assert out.bound <= optimum + 1e-6 <= objective + 2e-6
