@@ -17,6 +17,8 @@ import pytest
 from kubernetes import client
 from operator_harness import GROUP, VERSION, Env, Operator, running_operator, wait
 
+from gpumix.operator import listing
+from gpumix.operator.handlers import WATCHES
 from gpumix_e2e import KubeTarget
 
 pytestmark = pytest.mark.e2e
@@ -250,6 +252,31 @@ def test_operator_restart_changes_nothing(env: Env, operator: Operator) -> None:
     time.sleep(15)  # startup, the initial listing and at least two passes
     assert operator.alive()
     assert versions() == before
+
+
+def test_the_first_pass_counts_what_the_apiserver_holds(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gpumix.operator.listing`, which the first pass waits for, against the real apiserver:
+    each watched kind as many as kubectl lists; the label-selected Deployments page by page."""
+    env.apply(env.service("chat", 5.5))
+    env.wait_condition("chat", "Ready", "True", "Serving", timeout=120)
+    monkeypatch.setattr(listing, "PAGE", 1)
+
+    def kubectl_count(group: str, plural: str, labels: dict[str, str] | None) -> int:
+        selector = ["-l", ",".join(f"{k}={v}" for k, v in labels.items())] if labels else []
+        resource = f"{plural}.{group}" if group else plural
+        return len(env.kube.kubectl("get", resource, "-A", "-o", "name", *selector).stdout.split())
+
+    for _ in range(5):  # other tests' namespaces may still be going away: a quiet moment
+        before = {k: kubectl_count(g, p, sel) for k, (g, _, p, sel) in WATCHES.items()}
+        counts = listing.listed_counts(env.kube.api_client)
+        after = {k: kubectl_count(g, p, sel) for k, (g, _, p, sel) in WATCHES.items()}
+        if before == after:
+            break
+    assert before == after == counts
+    assert counts["deployments"] > listing.PAGE  # more than one page
+    assert counts["nodes"] >= 10 and counts["pools"] >= 3
 
 
 def test_hpa_on_a_deployment_is_left_alone(env: Env) -> None:

@@ -20,6 +20,7 @@ class Writer:
     def __init__(self) -> None:
         self.events: list[str] = []
         self.fail = False
+        self.sent = 0
 
     def patch_service_status(self, *_: Any) -> None:
         pass
@@ -71,3 +72,46 @@ def test_a_service_recreated_under_the_same_name_is_reported_again() -> None:
     p.view.update("services", "ADDED", {**BODY, "metadata": {**BODY["metadata"], "uid": "u2"}})
     p._write(decision("a 0→1"), "now")
     assert writer.events == ["PlanChanged: a 0→1", "PlanChanged: a 0→1"]
+
+
+class Recorder(Writer):
+    """Every write, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        self.writes.append(f"apply {obj['metadata']['namespace']}/{obj['kind']}")
+
+    def delete(self, *ref: str) -> None:
+        self.writes.append(f"delete {ref[2]}/{ref[1]}")
+
+    def patch_service_status(self, namespace: str, *_: Any) -> None:
+        self.writes.append(f"status {namespace}")
+
+
+def test_a_pass_writes_every_services_objects_before_any_status() -> None:
+    """A changed plan's objects do not wait behind the statuses of services listed before it."""
+    writer = Recorder()
+    view = ClusterView()
+    services = {}
+    for ns in ("a", "b"):
+        body = {**BODY, "metadata": {**BODY["metadata"], "namespace": ns, "uid": ns}}
+        body["spec"] = {
+            "model": {"name": "meta-llama/Llama-2-7b-hf"}, "slo": {"tpotMs": 100},
+            "workload": {"requestRate": 1, "inputEdges": [1, 512], "outputEdges": [1, 256],
+                         "histogram": [[1]]},
+        }  # fmt: skip
+        view.update("services", "ADDED", body)
+        status = LLMServiceStatus(cost_per_hour=1.0 if ns == "a" else None)
+        apply = {} if ns == "b" else None  # only b's objects are (re)applied
+        services[ns, "chat"] = ServiceDecision(apply=apply, target={}, status=status)
+    Planner(view, writer, 5, 5, router_image="x")._write(  # type: ignore[arg-type]
+        ClusterDecision(pool_status={}, services=services), "now"
+    )
+    statuses = [i for i, w in enumerate(writer.writes) if w.startswith("status")]
+    objects = [i for i, w in enumerate(writer.writes) if w.startswith("apply b/")]
+    assert objects and statuses
+    assert max(objects) < min(statuses)
+    assert writer.writes[min(statuses)] == "status a"

@@ -34,6 +34,8 @@ class KubeWriter:
         self._core = client.CoreV1Api(api)
         self._apis = client.ApisApi(api)
         self._last_applied: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self.sent = 0
+        """Writes sent so far (what the planner's pass log reports)."""
 
     def apply(self, obj: dict[str, Any]) -> bool:
         """Server-side apply with our field manager; skipped when identical to our last apply
@@ -59,8 +61,8 @@ class KubeWriter:
         if self._guard is not None:
             self._guard(verb)
 
-    @staticmethod
-    def _count(label: str) -> None:
+    def _count(self, label: str) -> None:
+        self.sent += 1
         metrics.WRITES.labels(label).inc()
 
     def _write(self, verb: str, label: str) -> None:

@@ -7,6 +7,7 @@ and writes what changed. A failed write is logged and counted; the next pass ret
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from gpumix.operator.observing import Observer
 from gpumix.operator.view import ClusterView
 from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
 from gpumix.reconcile.objects import desired_objects, unwanted_objects
+from gpumix.reconcile.service import ServiceDecision
 from gpumix.render import Owner, router_name
 from gpumix.render.inferencepool import API_VERSION as INFERENCE_POOL_API
 from gpumix.render.inferencepool import MODE as INFERENCE_POOL
@@ -28,6 +30,8 @@ from gpumix.render.inferencepool import is_picker
 
 log = logging.getLogger("gpumix.planner")
 KV_FIELD = "kvScheduler"
+LISTING_TIMEOUT_S = 120.0
+"""Longest the first pass waits for kopf's initial listings (`Planner.listed`)."""
 
 
 def now_rfc3339() -> str:
@@ -82,10 +86,13 @@ class Planner:
         router_image: str,
         operator_namespace: str = NAMESPACE,
         observer: Observer | None = None,
+        listing: Callable[[], dict[str, int]] | None = None,
+        listing_timeout_s: float = LISTING_TIMEOUT_S,
     ) -> None:
         self.view, self.writer = view, writer
         self.router_image, self.operator_namespace = router_image, operator_namespace
         self.observer = observer or Observer(None)
+        self.listing, self.listing_timeout_s = listing, listing_timeout_s
         self.interval_s, self.time_limit_s = interval_s, time_limit_s
         self.budget_per_hour = budget_per_hour
         self._exported: set[tuple[str, str]] = set()
@@ -98,7 +105,8 @@ class Planner:
         """Set after the first pass, so that probes can tell a working operator."""
 
     async def run(self, settle_s: float = 1.0) -> None:
-        await asyncio.sleep(settle_s)  # let the initial watch listings fill the view
+        await self.listed()
+        await asyncio.sleep(settle_s)
         while True:
             self.view.changed.clear()
             try:
@@ -113,17 +121,61 @@ class Planner:
             except TimeoutError:
                 pass
 
+    async def listed(self, poll_s: float = 0.2) -> None:
+        """Until the view holds as many objects of each kind as the apiserver did when asked
+        (`gpumix.operator.listing`), at most ``listing_timeout_s``: the first pass plans on the
+        whole cluster, not on what kopf has listed so far. A count that fails is asked again."""
+        if self.listing is None:
+            return
+        deadline = time.monotonic() + self.listing_timeout_s
+        counts: dict[str, int] | None = None
+        while time.monotonic() < deadline:
+            if counts is None:
+                try:
+                    counts = await asyncio.to_thread(self.listing)
+                except Exception as err:
+                    log.warning("counting the cluster's objects failed (%s); trying again", err)
+                    await asyncio.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+                    continue
+            if counts is not None and not self.view.short_of(counts):
+                log.info("view listed: %s", counts, extra={"listed": counts})
+                return
+            await asyncio.sleep(poll_s)
+        short = self.view.short_of(counts or {})
+        log.warning(
+            "the first pass plans on a view still short after %.0f s: %s", self.listing_timeout_s,
+            ", ".join(f"{k} {held} of {n}" for k, (held, n) in short.items()) or "not counted",
+        )  # fmt: skip
+
     async def pass_once(self) -> None:
         start = time.perf_counter()
+        stages: dict[str, float] = {}
+
+        def lap(stage: str) -> None:
+            stages[stage] = time.perf_counter() - start - sum(stages.values())
+            metrics.PASS_STAGES.labels(stage).observe(stages[stage])
+
         snapshot = self.view.snapshot(now_rfc3339(), self.time_limit_s, self.budget_per_hour)
+        lap("snapshot")
         snapshot = await self.observer.attach(snapshot)  # Prometheus, in a worker thread
         if any(_routing_mode(b) == INFERENCE_POOL for b in snapshot.services):
             await asyncio.to_thread(self._ask_for_inference_pools)
             snapshot = snapshot.model_copy(update={"inference_pools_served": self._pools_served})
+        lap("observe")
         decision = await asyncio.to_thread(plan_cluster, snapshot)
         self.observer.remember(decision.last_good)
-        await asyncio.to_thread(self._write, decision, snapshot.now)
-        metrics.PASSES.observe(time.perf_counter() - start)
+        lap("plan")
+        writes = await asyncio.to_thread(self._write, decision, snapshot.now)
+        lap("write")
+        seconds = time.perf_counter() - start
+        metrics.PASSES.observe(seconds)
+        log.info(
+            "planner pass: %.2f s (%s); %d services, %d writes",
+            seconds, ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()),
+            len(decision.services), writes,
+            extra={"seconds": round(seconds, 3), "writes": writes,
+                   **{f"{k}_seconds": round(v, 3) for k, v in stages.items()}},
+        )  # fmt: skip
 
     def _ask_for_inference_pools(self) -> None:
         """Discovery of the InferencePool kind; a failed lookup keeps the last answer."""
@@ -133,7 +185,9 @@ class Planner:
             metrics.ERRORS.labels(stage="discovery").inc()
             log.exception("discovery of %s failed", INFERENCE_POOL_API)
 
-    def _write(self, decision: ClusterDecision, now: str) -> None:
+    def _write(self, decision: ClusterDecision, now: str) -> int:
+        """Statuses, objects and events of ``decision`` that changed; how many writes it sent."""
+        sent = self.writer.sent
         pools_raw = {k[1]: b for k, b in self.view.objects["pools"].items()}
         for name, status in decision.pool_status.items():
             body = pools_raw.get(name)
@@ -154,43 +208,18 @@ class Planner:
         self._exported = set(decision.services)
         uids = {b["metadata"].get("uid") for b in self.view.objects["services"].values()}
         self._reported = {uid: evs for uid, evs in self._reported.items() if uid in uids}
+        # Objects first, for every service: the Deployments of a changed plan do not wait behind
+        # the statuses of a fleet (a pass may rewrite hundreds while pods come up).
+        for key, sd in decision.services.items():
+            body = self.view.objects["services"].get(key)
+            if body is not None and sd.apply is not None:
+                self._write_objects(key, body, sd, pools, decision.inference_pools_served)
         for key, sd in decision.services.items():
             body = self.view.objects["services"].get(key)
             if body is None:
                 continue
             ns, name = key
             metrics.PLANS.labels(namespace=ns, service=name).inc()
-            try:
-                service = LLMService.model_validate({**body, "status": None})
-            except ValidationError:
-                service = None
-            if service is not None and sd.apply is not None:
-                owner = Owner(name=name, namespace=ns, uid=body["metadata"]["uid"])
-                router = self.view.objects["deployments"].get((ns, router_name(name)))
-                available = ((router or {}).get("status") or {}).get("availableReplicas") or 0
-                objects = desired_objects(
-                    service,
-                    owner,
-                    sd,
-                    pools,
-                    router_image=self.router_image,
-                    router_ready=available > 0,
-                    inference_pools_served=decision.inference_pools_served,
-                    operator_namespace=self.operator_namespace,
-                )
-                for obj in objects:
-                    self._guard("apply", self.writer.apply, obj)
-                for deployment in sd.delete:
-                    self._guard(
-                        "delete", self.writer.delete, "apps/v1", "Deployment", ns, deployment
-                    )
-                deployed, picker = router is not None, is_picker(router)
-                unwanted = unwanted_objects(
-                    service, owner, router_deployed=deployed, picker_deployed=picker
-                )
-                for ref in unwanted:
-                    if not self._guard("delete", self.writer.delete, *ref):
-                        break
             if sd.target is not None:
                 for pool, n in sd.target.items():
                     gpus = n * sd.choices[pool].gpus_per_replica if pool in sd.choices else n
@@ -223,6 +252,45 @@ class Planner:
                 log.info("%s/%s %s: %s", ns, name, ev.reason, ev.message)
             if written:
                 self._reported[uid] = written
+        return self.writer.sent - sent
+
+    def _write_objects(
+        self,
+        key: tuple[str, str],
+        body: dict[str, Any],
+        sd: ServiceDecision,
+        pools: dict[str, GPUPool],
+        inference_pools_served: bool,
+    ) -> None:
+        """Apply what ``sd`` asks for of one service, and delete what it no longer does."""
+        ns, name = key
+        try:
+            service = LLMService.model_validate({**body, "status": None})
+        except ValidationError:
+            return
+        owner = Owner(name=name, namespace=ns, uid=body["metadata"]["uid"])
+        router = self.view.objects["deployments"].get((ns, router_name(name)))
+        available = ((router or {}).get("status") or {}).get("availableReplicas") or 0
+        objects = desired_objects(
+            service,
+            owner,
+            sd,
+            pools,
+            router_image=self.router_image,
+            router_ready=available > 0,
+            inference_pools_served=inference_pools_served,
+            operator_namespace=self.operator_namespace,
+        )
+        for obj in objects:
+            self._guard("apply", self.writer.apply, obj)
+        for deployment in sd.delete:
+            self._guard("delete", self.writer.delete, "apps/v1", "Deployment", ns, deployment)
+        deployed, picker = router is not None, is_picker(router)
+        for ref in unwanted_objects(
+            service, owner, router_deployed=deployed, picker_deployed=picker
+        ):
+            if not self._guard("delete", self.writer.delete, *ref):
+                break
 
     @staticmethod
     def _guard(stage: str, fn: Any, *args: Any) -> bool:

@@ -6,6 +6,12 @@ PLANS = Counter(
     "gpumix_plans_computed_total", "Planner decisions per service", ["namespace", "service"]
 )
 PASSES = Histogram("gpumix_planner_pass_seconds", "Wall time of one planner pass")
+PASS_STAGES = Histogram(
+    "gpumix_planner_stage_seconds",
+    "Wall time of each stage of a planner pass (observe: Prometheus; plan: the pure planner; "
+    "write: statuses, objects and events sent to the apiserver)",
+    ["stage"],
+)
 SOLVE = Histogram("gpumix_solve_seconds", "ILP solve time reported in plans")
 ERRORS = Counter("gpumix_reconcile_errors_total", "Failed writes or passes", ["stage"])
 GPUS = Gauge("gpumix_gpus", "Planned GPUs", ["namespace", "service", "pool"])

@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -22,6 +23,7 @@ from gpumix.operator.election import (
 from gpumix.operator.handlers import register
 from gpumix.operator.kube import KubeWriter
 from gpumix.operator.kvtask import KvLoop
+from gpumix.operator.listing import listed_counts
 from gpumix.operator.loop import Planner
 from gpumix.operator.observing import add_observe_arguments, observer_from_args
 from gpumix.operator.view import ClusterView
@@ -82,6 +84,7 @@ async def _main(
         router_image=args.router_image,
         operator_namespace=default_namespace(NAMESPACE),
         observer=observer_from_args(args),
+        listing=functools.partial(listed_counts, api),
     )
 
     @kopf.on.probe(id="planner", registry=registry)
@@ -245,6 +248,10 @@ def run_operator(args: argparse.Namespace) -> int:
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,
     )
     logging.getLogger("gpumix").setLevel(logging.INFO)
+    # kopf logs "Handler ... succeeded." at INFO for every watch event: with thousands of nodes
+    # and pods that was 96% of the log (live 50 services × 500 nodes: 2,767 of 2,883 lines).
+    # Its warnings and errors still show.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     api = api_client(args.kubeconfig, args.context)
     elector = _elector(args, api)
     try:

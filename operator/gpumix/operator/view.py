@@ -45,6 +45,11 @@ class ClusterView:
         if kind != "configmaps" or key in self.config_map_refs():
             self.changed.set()  # other ConfigMaps change nothing the planner reads
 
+    def short_of(self, counts: dict[str, int]) -> dict[str, tuple[int, int]]:
+        """The kinds of which the view holds fewer objects than ``counts``: (held, counted)."""
+        held = {kind: len(self.objects[kind]) for kind in counts}
+        return {kind: (held[kind], n) for kind, n in counts.items() if held[kind] < n}
+
     def config_map_refs(self) -> set[tuple[str, str]]:
         """The ConfigMaps services name in spec.model.config (namespace, name)."""
         refs = (config_map_ref(body) for body in self.objects["services"].values())

@@ -176,3 +176,24 @@ def test_no_time_left_gives_no_plan() -> None:
 )
 def test_cap_counts(own: int, caps: list[int]) -> None:
     assert pricing.cap_counts(own) == caps
+
+
+def test_after_one_service_changes_only_the_splits_that_moved_are_derived_again() -> None:
+    """`solve._balanced` caches each service's split: a re-solve after one change derives again
+    only what the change moved, and a cached split is the one derived afresh."""
+    inst = fleet(js.DECOMPOSE_FROM + 4, 7, cheap=3)
+    first = solve_joint(inst, time_limit_s=LIMIT, gap_rel=GAP)
+    assert first is not None
+    rates = [[r * 1.8 for r in row] for row in inst.services[2].rates]
+    services = list(inst.services)
+    services[2] = services[2].model_copy(update={"rates": rates})
+    changed = inst.model_copy(update={"services": services})
+    before = js._splits.misses
+    again = solve_joint(changed, time_limit_s=LIMIT, gap_rel=GAP)
+    assert again is not None
+    moved = sum(first.services[n] != again.services[n] for n in again.services)
+    assert 1 <= js._splits.misses - before <= moved < len(services)
+    js._splits.clear()
+    fresh = solve_joint(changed, time_limit_s=LIMIT, gap_rel=GAP)
+    assert fresh is not None
+    assert fresh.services == again.services

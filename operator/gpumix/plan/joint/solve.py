@@ -135,7 +135,7 @@ def solve_joint(
     if objective is Objective.MIN_COST:
         by_name = {s.name: s for s in instance.services}
         services = {
-            name: balanced(by_name[name], alloc, solver, time_limit_s)
+            name: _balanced(by_name[name], alloc, solver, time_limit_s)
             for name, alloc in allocation.services.items()
         }
         allocation = allocation.model_copy(update={"services": services})
@@ -143,6 +143,19 @@ def solve_joint(
     if problems:
         raise InvalidAllocationError(problems)
     return allocation
+
+
+_splits: DigestCache[ServiceAllocation] = DigestCache(OWN_PLANS_KEPT)
+
+
+def _balanced(
+    service: ServiceDemand, alloc: ServiceAllocation, solver: SolverName, limit: float
+) -> ServiceAllocation:
+    """:func:`balanced`, cached by the service and its allocation: two LPs per service and
+    joint solve, where a derating round or a change re-solves the fleet with most services'
+    plans as they were (live 50 services: 3.0 s of a 39 s pass)."""
+    key = f"{solver}\0{limit!r}\0{service.model_dump_json()}\0{alloc.model_dump_json()}"
+    return _splits.get(key, lambda: balanced(service, alloc, solver, limit))
 
 
 def _solve(

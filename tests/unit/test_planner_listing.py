@@ -1,0 +1,71 @@
+"""The first planner pass waits until the view holds what the apiserver counted (a restarted
+operator once planned 50 services on 200 of 501 nodes, kopf's listing still under way, and moved
+every one of them)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from gpumix.operator.loop import Planner
+from gpumix.operator.view import ClusterView
+
+
+def node(i: int) -> dict[str, object]:
+    return {"metadata": {"name": f"n{i}"}}
+
+
+def planner(view: ClusterView, listing: object, timeout_s: float = 30.0) -> Planner:
+    return Planner(view, object(), 5, 5, router_image="x", listing=listing,  # type: ignore[arg-type]
+                   listing_timeout_s=timeout_s)  # fmt: skip
+
+
+async def trickle(view: ClusterView, n: int) -> None:
+    """kopf's listing: one node at a time."""
+    for i in range(n):
+        await asyncio.sleep(0.01)
+        view.update("nodes", None, node(i))
+
+
+def test_the_first_pass_waits_for_every_counted_object() -> None:
+    async def scenario() -> int:
+        view = ClusterView()
+        filling = asyncio.create_task(trickle(view, 30))
+        await planner(view, lambda: {"nodes": 30, "pods": 0}).listed(poll_s=0.005)
+        held = len(view.objects["nodes"])
+        await filling
+        return held
+
+    assert asyncio.run(scenario()) == 30
+
+
+def test_a_count_that_fails_is_asked_again() -> None:
+    calls: list[int] = []
+
+    def listing() -> dict[str, int]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("apiserver not ready")
+        return {"nodes": 2}
+
+    async def scenario() -> int:
+        view = ClusterView()
+        view.update("nodes", None, node(0))
+        asyncio.get_running_loop().call_later(0.05, view.update, "nodes", None, node(1))
+        await planner(view, listing).listed(poll_s=0.005)
+        return len(view.objects["nodes"])
+
+    assert asyncio.run(scenario()) == 2
+    assert len(calls) == 2
+
+
+def test_a_view_that_never_fills_is_planned_after_the_timeout_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    view = ClusterView()
+    view.update("nodes", None, node(0))
+    with caplog.at_level(logging.WARNING, logger="gpumix.planner"):
+        asyncio.run(planner(view, lambda: {"nodes": 3}, timeout_s=0.1).listed(poll_s=0.01))
+    assert "nodes 1 of 3" in caplog.text
