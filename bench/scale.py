@@ -445,6 +445,14 @@ def _operator_metric(port: int, name: str) -> dict[str, float]:
     }
 
 
+def _operator_metric_or_none(port: int, name: str) -> dict[str, float] | None:
+    """:func:`_operator_metric`, ``None`` while the operator does not answer (starting)."""
+    try:
+        return _operator_metric(port, name)
+    except OSError:
+        return None
+
+
 def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
     return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0}
 
@@ -470,6 +478,24 @@ def _post_all(api: Any, path: str, bodies: list[dict[str, Any]]) -> None:
 def _planned(api: Any, namespace: str) -> dict[str, dict[str, Any]]:
     items = api.get(f"{GROUP}/namespaces/{namespace}/llmservices")["items"]
     return {i["metadata"]["name"]: i for i in items}
+
+
+def _changed_fields(
+    before: dict[str, dict[str, Any]], now: dict[str, dict[str, Any]]
+) -> dict[str, int]:
+    """Services whose status changed, by field (a condition by its type), between two reads."""
+    out: dict[str, int] = {}
+    for name, body in now.items():
+        old, new = before.get(name, {}), body.get("status") or {}
+        fields = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+        if "conditions" in fields:
+            fields.discard("conditions")
+            conds = {c["type"]: c for c in old.get("conditions", [])}
+            fields |= {f"condition {c['type']}" for c in new.get("conditions", [])
+                       if conds.get(c["type"]) != c}  # fmt: skip
+        for field in fields:
+            out[field] = out.get(field, 0) + 1
+    return out
 
 
 def _deployed(api: Any, namespace: str, service: str) -> dict[str, int]:
@@ -517,13 +543,13 @@ def live(
         log = (directory / "operator.log").open("w")
         before = _requests(api)
         start = time.perf_counter()
-        operator = subprocess.Popen(
-            [sys.executable, "-m", "gpumix.cli", "run", "--kubeconfig", str(cluster.kubeconfig),
-             "--interval", "60", "--bind", "127.0.0.1", "--metrics-port", str(port),
-             "--health-port", str(_free_port()), "--log-format", "plain", "--no-leader-elect",
-             "--solver-time-limit", str(time_limit_s)],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        command = [
+            sys.executable, "-m", "gpumix.cli", "run", "--kubeconfig", str(cluster.kubeconfig),
+            "--interval", "60", "--bind", "127.0.0.1", "--metrics-port", str(port),
+            "--health-port", str(_free_port()), "--log-format", "plain", "--no-leader-elect",
+            "--solver-time-limit", str(time_limit_s),
+        ]  # fmt: skip
+        operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
 
         def sample() -> tuple[float, float]:
             assert operator is not None
@@ -546,7 +572,9 @@ def live(
         settle_req = _requests(api)
         settle_writes = _operator_metric(port, "gpumix_cluster_writes_total")
         settle_passes = _operator_metric(port, "gpumix_planner_pass_seconds_count")
+        statuses = {n: b.get("status") or {} for n, b in _planned(api, ns).items()}
         time.sleep(30)  # a quiet window: what the operator sends when nothing changes
+        quiet_changed = _changed_fields(statuses, _planned(api, ns))
         quiet_req = _delta(_requests(api), settle_req)
         quiet_writes = _delta(_operator_metric(port, "gpumix_cluster_writes_total"),
                               settle_writes)  # fmt: skip
@@ -581,8 +609,22 @@ def live(
             change_writes.append(_delta(_operator_metric(port, "gpumix_cluster_writes_total"), w0))
         rss, cpu = sample()
         passes = _operator_metric(port, "gpumix_planner_pass_seconds")
+        stages = _operator_metric(port, "gpumix_planner_stage_seconds_sum")
         total_req = _delta(_requests(api), before)
         latencies.sort()
+        # A restart (a new leader's start alike): its passes must find everything as planned.
+        operator.terminate()
+        operator.wait(timeout=60)
+        t_restart = time.perf_counter()
+        operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        count = "gpumix_planner_pass_seconds_count"
+        while ((_operator_metric_or_none(port, count) or {}).get(count) or 0) < 1:
+            if operator.poll() is not None:
+                raise RuntimeError(f"operator exited {operator.returncode}; see {log.name}")
+            time.sleep(1)
+        restart_first_s = time.perf_counter() - t_restart
+        time.sleep(30)
+        restart_writes = _operator_metric(port, "gpumix_cluster_writes_total")
         return {
             "services": n_services,
             "nodes": n_nodes,
@@ -595,9 +637,13 @@ def live(
             "operator_peak_rss_mb": round(rss, 1),
             "operator_cpu_s": round(cpu, 1),
             "passes": {k: v for k, v in passes.items() if k.endswith(("_count", "_sum"))},
+            "pass_stage_seconds": {k.split('"')[1]: round(v, 2) for k, v in stages.items()},
+            "restart_first_pass_s": round(restart_first_s, 1),
+            "restart_writes": restart_writes,
             "quiet_30s_requests": quiet_req,
             "quiet_30s_writes": quiet_writes,
             "quiet_30s_passes": quiet_passes,
+            "quiet_30s_status_changes": quiet_changed,
             "per_change_requests": change_req,
             "per_change_writes": change_writes,
             "requests_total": total_req,
@@ -622,8 +668,12 @@ def print_live(r: dict[str, Any]) -> None:
     print(f"  rate change → Deployments changed: p50 {r['change_to_applied_p50_s']} s, p99 "
           f"{r['change_to_applied_p99_s']} s ({r['change_to_applied_s']})")  # fmt: skip
     print(f"  operator peak RSS {r['operator_peak_rss_mb']} MB, CPU {r['operator_cpu_s']} s")
+    print(f"  pass stages (s, summed): {r['pass_stage_seconds']}")
+    print(f"  restarted: first pass {r['restart_first_pass_s']} s after the start; writes in "
+          f"its first 30 s: {r['restart_writes'] or 'none'}")  # fmt: skip
     print(f"  quiet 30 s: passes {r['quiet_30s_passes']}, writes {r['quiet_30s_writes']}, "
-          f"apiserver requests {r['quiet_30s_requests']}")  # fmt: skip
+          f"apiserver requests {r['quiet_30s_requests']}; services whose status changed, by "
+          f"field: {r['quiet_30s_status_changes']}")  # fmt: skip
     for i, (req, w) in enumerate(zip(r["per_change_requests"], r["per_change_writes"],
                                      strict=True)):  # fmt: skip
         print(f"  change {i}: writes {w}; apiserver requests {req}")

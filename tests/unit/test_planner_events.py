@@ -11,6 +11,7 @@ from gpumix.operator.loop import Planner
 from gpumix.operator.view import ClusterView
 from gpumix.reconcile.cluster import ClusterDecision
 from gpumix.reconcile.service import EventSpec, ServiceDecision
+from gpumix.render import router_name
 
 BODY = {"apiVersion": "gpumix.io/v1alpha1", "kind": "LLMService",
         "metadata": {"name": "chat", "namespace": "ns", "uid": "u1"}, "spec": {}}  # fmt: skip
@@ -80,21 +81,34 @@ class Recorder(Writer):
     def __init__(self) -> None:
         super().__init__()
         self.writes: list[str] = []
+        self.statuses: dict[str, dict[str, Any]] = {}
+        self.remembered: dict[tuple[str, str, str], dict[str, Any]] = {}
 
     def apply(self, obj: dict[str, Any]) -> None:
+        """Sent unless remembered unchanged (`KubeWriter.apply`'s contract)."""
+        if self.remembered.get(self._key(obj)) == obj:
+            return
+        if self.fail:
+            raise OSError("apiserver down")
         self.writes.append(f"apply {obj['metadata']['namespace']}/{obj['kind']}")
+
+    def remember(self, obj: dict[str, Any]) -> None:
+        self.remembered[self._key(obj)] = obj
+
+    @staticmethod
+    def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
+        return obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
 
     def delete(self, *ref: str) -> None:
         self.writes.append(f"delete {ref[2]}/{ref[1]}")
 
-    def patch_service_status(self, namespace: str, *_: Any) -> None:
+    def patch_service_status(self, namespace: str, _name: str, status: dict[str, Any]) -> None:
         self.writes.append(f"status {namespace}")
+        self.statuses[namespace] = status
 
 
-def test_a_pass_writes_every_services_objects_before_any_status() -> None:
-    """A changed plan's objects do not wait behind the statuses of services listed before it."""
-    writer = Recorder()
-    view = ClusterView()
+def fleet(view: ClusterView) -> dict[tuple[str, str], ServiceDecision]:
+    """Services a and b in ``view``; only b's objects are (re)applied."""
     services = {}
     for ns in ("a", "b"):
         body = {**BODY, "metadata": {**BODY["metadata"], "namespace": ns, "uid": ns}}
@@ -103,15 +117,55 @@ def test_a_pass_writes_every_services_objects_before_any_status() -> None:
             "workload": {"requestRate": 1, "inputEdges": [1, 512], "outputEdges": [1, 256],
                          "histogram": [[1]]},
         }  # fmt: skip
-        view.update("services", "ADDED", body)
+        if (ns, "chat") not in view.objects["services"]:
+            view.update("services", "ADDED", body)
         status = LLMServiceStatus(cost_per_hour=1.0 if ns == "a" else None)
         apply = {} if ns == "b" else None  # only b's objects are (re)applied
         services[ns, "chat"] = ServiceDecision(apply=apply, target={}, status=status)
+    return services
+
+
+def write(view: ClusterView, writer: Recorder) -> None:
+    services = fleet(view)
     Planner(view, writer, 5, 5, router_image="x")._write(  # type: ignore[arg-type]
         ClusterDecision(pool_status={}, services=services), "now"
     )
+
+
+def test_a_pass_writes_every_services_objects_before_any_status() -> None:
+    """A changed plan's objects do not wait behind the statuses of services listed before it."""
+    writer, view = Recorder(), ClusterView()
+    write(view, writer)
     statuses = [i for i, w in enumerate(writer.writes) if w.startswith("status")]
     objects = [i for i, w in enumerate(writer.writes) if w.startswith("apply b/")]
     assert objects and statuses
     assert max(objects) < min(statuses)
     assert writer.writes[min(statuses)] == "status a"
+
+
+def test_a_restarted_operator_does_not_apply_again_what_status_says_it_applied() -> None:
+    """status.appliedDigest: a new process (a restart, a new leader) skips the objects the last
+    one applied; objects that differ from it, or that failed to apply, are applied."""
+    writer, view = Recorder(), ClusterView()
+    write(view, writer)
+    assert any(w.startswith("apply b/") for w in writer.writes)
+    digest = writer.statuses["b"]["appliedDigest"]
+    body = view.objects["services"]["b", "chat"]
+    view.update("services", "MODIFIED", {**body, "status": writer.statuses["b"]})
+    gone = Recorder()
+    write(view, gone)  # the router's Deployment is not in the view (deleted): applied again
+    assert "apply b/Deployment" in gone.writes
+    view.update(
+        "deployments", "ADDED", {"metadata": {"namespace": "b", "name": router_name("chat")}}
+    )
+    again = Recorder()
+    write(view, again)  # a new Planner and writer: nothing remembered in memory
+    assert not any(w.startswith("apply") for w in again.writes)
+    view.update("services", "MODIFIED", {**body, "status": {"appliedDigest": "other"}})
+    failing = Recorder()
+    failing.fail = True
+    write(view, failing)
+    assert failing.statuses["b"]["appliedDigest"] is None  # not all applied: removed
+    write(view, third := Recorder())
+    assert any(w.startswith("apply b/") for w in third.writes)
+    assert third.statuses["b"]["appliedDigest"] == digest

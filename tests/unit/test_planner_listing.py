@@ -11,6 +11,7 @@ import pytest
 
 from gpumix.operator.loop import Planner
 from gpumix.operator.view import ClusterView
+from gpumix.reconcile.digest import node_info
 
 
 def node(i: int) -> dict[str, object]:
@@ -69,3 +70,24 @@ def test_a_view_that_never_fills_is_planned_after_the_timeout_with_a_warning(
     with caplog.at_level(logging.WARNING, logger="gpumix.planner"):
         asyncio.run(planner(view, lambda: {"nodes": 3}, timeout_s=0.1).listed(poll_s=0.01))
     assert "nodes 1 of 3" in caplog.text
+
+
+def test_the_view_keeps_of_a_node_what_the_planner_reads() -> None:
+    """A node's images and every object's managedFields are not kept; the snapshot reads the same
+    node (`node_info`) from what is."""
+    body = {
+        "metadata": {"name": "n1", "labels": {"gpumix.io/pool": "a10g"},
+                     "managedFields": [{"manager": "kubelet"}]},
+        "status": {"allocatable": {"nvidia.com/gpu": "4", "cpu": "8"},
+                   "images": [{"names": ["vllm"], "sizeBytes": 10**10}]},
+    }  # fmt: skip
+    pod = {"metadata": {"name": "p", "namespace": "ns", "managedFields": [{}]}, "spec": {}}
+    view = ClusterView()
+    view.update("nodes", None, body)
+    view.update("pods", None, pod)
+    kept = view.objects["nodes"]["", "n1"]
+    assert "images" not in kept["status"] and "managedFields" not in kept["metadata"]
+    assert "managedFields" not in view.objects["pods"]["ns", "p"]["metadata"]
+    assert pod["metadata"]["managedFields"] == [{}]  # the event's body is left as it was
+    assert node_info(kept) == node_info(body)
+    assert view.snapshot("now", 5).nodes == [node_info(body)]

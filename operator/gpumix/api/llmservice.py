@@ -595,6 +595,12 @@ class LLMServiceStatus(ApiModel):
         "slo.attainmentTarget (unset: none); reset when the spec's generation changes.",
     )
     kv_scheduler: KvSchedulerStatus | None = None
+    applied_digest: str | None = Field(
+        default=None,
+        description="Digest of the objects last applied for this service, all without error: "
+        "an operator that restarts or takes over the Lease does not apply them again while "
+        "they are unchanged.",
+    )
     forecast: ForecastStatus | None = None
     calibration: CalibrationStatus | None = None
     pacing: PacingStatus | None = None

@@ -57,6 +57,12 @@ class KubeWriter:
         self._last_applied[key] = obj
         return True
 
+    def remember(self, obj: dict[str, Any]) -> None:
+        """Take ``obj`` as applied already (status says so): :meth:`apply` skips it unchanged."""
+        meta = obj["metadata"]
+        self._last_applied[obj["apiVersion"], obj["kind"], meta.get("namespace", ""),
+                           meta["name"]] = obj  # fmt: skip
+
     def _before(self, verb: str) -> None:
         if self._guard is not None:
             self._guard(verb)

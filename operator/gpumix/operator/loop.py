@@ -5,6 +5,8 @@ and writes what changed. A failed write is logged and counted; the next pass ret
 """
 
 import asyncio
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -30,6 +32,7 @@ from gpumix.render.inferencepool import is_picker
 
 log = logging.getLogger("gpumix.planner")
 KV_FIELD = "kvScheduler"
+DIGEST_FIELD = "appliedDigest"
 LISTING_TIMEOUT_S = 120.0
 """Longest the first pass waits for kopf's initial listings (`Planner.listed`)."""
 
@@ -210,10 +213,13 @@ class Planner:
         self._reported = {uid: evs for uid, evs in self._reported.items() if uid in uids}
         # Objects first, for every service: the Deployments of a changed plan do not wait behind
         # the statuses of a fleet (a pass may rewrite hundreds while pods come up).
+        applied: dict[tuple[str, str], str | None] = {}
         for key, sd in decision.services.items():
             body = self.view.objects["services"].get(key)
             if body is not None and sd.apply is not None:
-                self._write_objects(key, body, sd, pools, decision.inference_pools_served)
+                applied[key] = self._write_objects(
+                    key, body, sd, pools, decision.inference_pools_served
+                )
         for key, sd in decision.services.items():
             body = self.view.objects["services"].get(key)
             if body is None:
@@ -232,6 +238,10 @@ class Planner:
             new = _dump(sd.status)
             new.pop(KV_FIELD, None)  # written only by the KV loop (gpumix.operator.kvtask)
             old = {k: v for k, v in (body.get("status") or {}).items() if k != KV_FIELD}
+            digest = applied[key] if key in applied else old.get(DIGEST_FIELD)
+            new.pop(DIGEST_FIELD, None)
+            if digest is not None:
+                new[DIGEST_FIELD] = digest
             if not _same_status(LLMServiceStatus, old, new):
                 old_keys = set(old.keys())
                 patch: dict[str, Any] = dict.fromkeys(old_keys - new.keys())
@@ -261,13 +271,18 @@ class Planner:
         sd: ServiceDecision,
         pools: dict[str, GPUPool],
         inference_pools_served: bool,
-    ) -> None:
-        """Apply what ``sd`` asks for of one service, and delete what it no longer does."""
+    ) -> str | None:
+        """Apply what ``sd`` asks for of one service, and delete what it no longer does; the
+        digest of the objects when every one is applied (status.appliedDigest), else None.
+
+        Objects whose digest status already holds are not applied again after a restart or a
+        change of leader (at 50 services that was 514 applies that changed nothing), unless a
+        Deployment among them is not in the view (deleted by hand: applied again)."""
         ns, name = key
         try:
             service = LLMService.model_validate({**body, "status": None})
         except ValidationError:
-            return
+            return None
         owner = Owner(name=name, namespace=ns, uid=body["metadata"]["uid"])
         router = self.view.objects["deployments"].get((ns, router_name(name)))
         available = ((router or {}).get("status") or {}).get("availableReplicas") or 0
@@ -281,8 +296,18 @@ class Planner:
             inference_pools_served=inference_pools_served,
             operator_namespace=self.operator_namespace,
         )
-        for obj in objects:
-            self._guard("apply", self.writer.apply, obj)
+        digest = hashlib.blake2b(
+            json.dumps(objects, sort_keys=True).encode(), digest_size=16
+        ).hexdigest()
+        present = all(
+            (ns, o["metadata"]["name"]) in self.view.objects["deployments"]
+            for o in objects
+            if o["kind"] == "Deployment"
+        )
+        if present and digest == (body.get("status") or {}).get(DIGEST_FIELD):
+            for obj in objects:
+                self.writer.remember(obj)
+        failed = [obj for obj in objects if not self._guard("apply", self.writer.apply, obj)]
         for deployment in sd.delete:
             self._guard("delete", self.writer.delete, "apps/v1", "Deployment", ns, deployment)
         deployed, picker = router is not None, is_picker(router)
@@ -291,6 +316,7 @@ class Planner:
         ):
             if not self._guard("delete", self.writer.delete, *ref):
                 break
+        return None if failed else digest
 
     @staticmethod
     def _guard(stage: str, fn: Any, *args: Any) -> bool:

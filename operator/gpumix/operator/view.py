@@ -13,17 +13,26 @@ KINDS = ("services", "pools", "profiles", "nodes", "pods", "deployments", "hpas"
 
 
 def _kept(kind: str, body: dict[str, Any]) -> dict[str, Any]:
-    """What the view keeps of an object: all of it, except of a ConfigMap (every one in the
-    cluster is watched) only its name and data."""
-    if kind != "configmaps":
-        return copy.deepcopy(body)
+    """What the view keeps of an object: a copy without ``metadata.managedFields`` (nothing reads
+    them; they are often the larger part of a pod or node); of a Node only its name, labels and
+    allocatable resources (`gpumix.reconcile.digest.node_info`; a real node also lists its
+    images); of a ConfigMap (every one in the cluster is watched) only its name and data."""
     meta = body.get("metadata", {})
-    names = {"namespace": meta.get("namespace", ""), "name": meta.get("name", "")}
-    kept: dict[str, Any] = {"metadata": names}
-    for field_ in ("data", "binaryData"):
-        if body.get(field_):
-            kept[field_] = dict(body[field_])
-    return kept
+    if kind == "nodes":
+        status = body.get("status") or {}
+        return {
+            "metadata": {"name": meta.get("name", ""), "labels": dict(meta.get("labels") or {})},
+            "status": {"allocatable": dict(status.get("allocatable") or {})},
+        }
+    if kind == "configmaps":
+        names = {"namespace": meta.get("namespace", ""), "name": meta.get("name", "")}
+        kept: dict[str, Any] = {"metadata": names}
+        for field_ in ("data", "binaryData"):
+            if body.get(field_):
+                kept[field_] = dict(body[field_])
+        return kept
+    meta = {k: v for k, v in meta.items() if k != "managedFields"}
+    return copy.deepcopy({**body, "metadata": meta})
 
 
 @dataclass
