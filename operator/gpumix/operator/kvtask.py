@@ -91,12 +91,18 @@ class KvLoop:
         get: Callable[[str], str] = _get,
         post: Post = _post,
         tick_s: float = 1.0,
+        after: asyncio.Event | None = None,
     ) -> None:
         self.view, self.writer = view, writer
+        self.after = after
+        """Set once the planner's first pass ran (`Planner.ready`): the view is listed by then
+        (`Planner.listed`), so no step reads Deployments or pods kopf has not listed yet."""
         self.fetch, self.get, self.post, self.tick_s = fetch, get, post, tick_s
         self._last: dict[tuple[str, str], float] = {}
 
     async def run(self) -> None:
+        if self.after is not None:
+            await self.after.wait()
         while True:
             await asyncio.sleep(self.tick_s)
             for key, body in list(self.view.objects["services"].items()):

@@ -106,7 +106,9 @@ async def _main(
             name="kopf",
         ),
         asyncio.create_task(planner.run(), name="planner"),
-        asyncio.create_task(KvLoop(view, KubeWriter(api, guard)).run(), name="kv-migration"),
+        asyncio.create_task(
+            KvLoop(view, KubeWriter(api, guard), after=planner.ready).run(), name="kv-migration"
+        ),
     ]
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:

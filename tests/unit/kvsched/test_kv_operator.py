@@ -3,6 +3,7 @@ the planner applies what the KV scheduler removed (its target is an upper bound)
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gpumix.api import KvMigration, KvScaleIn, KvSchedulerStatus, LLMService, LLMServiceStatus
@@ -217,3 +218,25 @@ def test_a_pass_migrates_annotates_the_emptied_pod_and_patches_only_kv_status() 
     kv = patch["kvScheduler"]
     assert kv["migrations"] == 2 and kv["drainedPods"] == ["chat-c"]
     assert kv["scaledIn"] == [{"option": "a10g", "plannedReplicas": 3, "removed": 1}]
+
+
+def test_the_kv_loop_starts_after_the_planners_first_pass() -> None:
+    """Until then the view may hold part of kopf's listing (`Planner.listed`)."""
+    body = service("chat", 2, "t0", pools=["a10g"], kvMigration={"enabled": True})
+    view = ClusterView()
+    view.update("services", "ADDED", body)
+    first_pass = asyncio.Event()
+    loop = KvLoop(view, FakeWriter(), tick_s=0.01, after=first_pass)  # type: ignore[arg-type]
+    seen: list[bool] = []
+    loop.pass_service = lambda *_: seen.append(first_pass.is_set())  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        task = asyncio.create_task(loop.run())
+        await asyncio.sleep(0.1)
+        assert not seen
+        first_pass.set()
+        await asyncio.sleep(0.1)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert seen and all(seen)
