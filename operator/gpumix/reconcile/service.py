@@ -30,6 +30,7 @@ from gpumix.api import (
 )
 from gpumix.api.llmservice import DeratingStatus
 from gpumix.attainment import KV_HEADROOM, PredictedAttainment, derated, predict
+from gpumix.digestcache import DigestCache
 from gpumix.plan import (
     Allocation,
     AllocationInstance,
@@ -59,7 +60,7 @@ BASELINES_KEPT = 4096
 """Single-type baselines cached (:func:`_baselines`), for the same reason."""
 
 log = logging.getLogger("gpumix.planner")
-_predictions: dict[str, PredictedAttainment | str] = {}
+_predictions: DigestCache[PredictedAttainment | str] = DigestCache(PREDICTIONS_KEPT)
 
 
 class Running(BaseModel):
@@ -161,20 +162,19 @@ def predicted_attainment(
         _specs_digest(pools, profiles),
         allocation.model_dump(mode="json", include={"counts", "share"}),
     ]
-    key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-    if key not in _predictions:
-        if len(_predictions) >= PREDICTIONS_KEPT:
-            del _predictions[next(iter(_predictions))]  # the oldest
+
+    def simulated() -> PredictedAttainment | str:
         try:
-            _predictions[key] = predict(service, pools, profiles, allocation, shape=shape)
+            return predict(service, pools, profiles, allocation, shape=shape)
         except UnknownModelError:  # not a failure: the user has a field to set
             log.info("%s: no shape for model %r; not predicted", service.name,
                      service.spec.model.name)  # fmt: skip
-            _predictions[key] = unknown_model_message(service.spec.model.name)
+            return unknown_model_message(service.spec.model.name)
         except Exception as err:  # the plan is applied all the same, unpredicted
             log.warning("%s: predicting attainment failed", service.name, exc_info=True)
-            _predictions[key] = f"{type(err).__name__}: {err}"
-    return _predictions[key]
+            return f"{type(err).__name__}: {err}"
+
+    return _predictions.get(json.dumps(inputs, sort_keys=True), simulated)
 
 
 def served_allocation(
