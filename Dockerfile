@@ -16,11 +16,14 @@ FROM python:3.11-slim-bookworm
 RUN groupadd --system --gid 65532 gpumix \
  && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /tmp gpumix
 COPY --from=build /opt/gpumix /opt/gpumix
+# MALLOC_ARENA_MAX: the planner's passes run on asyncio's worker threads, and glibc gives each
+# thread its own malloc arena, each keeping its own high-water mark (bench/README.md, scale.py).
 ENV PATH=/opt/gpumix/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     TMPDIR=/tmp \
-    HOME=/tmp
+    HOME=/tmp \
+    MALLOC_ARENA_MAX=2
 USER 65532:65532
 WORKDIR /tmp
 # Prometheus metrics, kopf liveness (GET /healthz).

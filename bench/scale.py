@@ -50,6 +50,7 @@ import math
 import os
 import pstats
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -407,17 +408,21 @@ def offline(
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUP = "/apis/gpumix.io/v1alpha1"
+IMAGE_MALLOC_ARENA_MAX = int(
+    re.search(r"MALLOC_ARENA_MAX=(\d+)", (ROOT / "Dockerfile").read_text()).group(1)  # type: ignore[union-attr]
+)
+"""The operator image's glibc arena cap: the live operator runs as the image would."""
 
 
-def _proc_stats(pid: int) -> tuple[float, float]:
-    """(peak RSS in MB, CPU seconds user+system) of a process, from /proc."""
-    rss = 0.0
+def _proc_stats(pid: int) -> tuple[float, float, float]:
+    """(peak RSS in MB, RSS now in MB, CPU seconds user+system) of a process, from /proc."""
+    mb = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            rss = int(line.split()[1]) / 1024
+        if line.startswith(("VmHWM:", "VmRSS:")):
+            mb[line.split(":")[0]] = int(line.split()[1]) / 1024
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
-    return rss, (int(fields[11]) + int(fields[12])) / ticks
+    return mb["VmHWM"], mb["VmRSS"], (int(fields[11]) + int(fields[12])) / ticks
 
 
 def _requests(api: Any) -> dict[str, float]:
@@ -505,7 +510,14 @@ def _deployed(api: Any, namespace: str, service: str) -> dict[str, int]:
 
 
 def live(
-    n_services: int, n_nodes: int, seed: int, changes: int, time_limit_s: float, *, keep: bool
+    n_services: int,
+    n_nodes: int,
+    seed: int,
+    changes: int,
+    time_limit_s: float,
+    *,
+    keep: bool,
+    malloc_arena_max: int,
 ) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "hack"))
     import gpumix_testcluster as tc  # noqa: PLC0415 - hack/ is not a package
@@ -549,9 +561,13 @@ def live(
             "--health-port", str(_free_port()), "--log-format", "plain", "--no-leader-elect",
             "--solver-time-limit", str(time_limit_s),
         ]  # fmt: skip
-        operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        env = dict(os.environ)
+        env.pop("MALLOC_ARENA_MAX", None)
+        if malloc_arena_max:
+            env["MALLOC_ARENA_MAX"] = str(malloc_arena_max)
+        operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
 
-        def sample() -> tuple[float, float]:
+        def sample() -> tuple[float, float, float]:
             assert operator is not None
             return _proc_stats(operator.pid)
 
@@ -567,7 +583,7 @@ def live(
                 raise RuntimeError(f"operator exited {operator.returncode}; see {log.name}")
             time.sleep(2)
         first_s = time.perf_counter() - start
-        rss, cpu_first = sample()
+        _, _, cpu_first = sample()
         time.sleep(20)  # the passes that follow the first (rollout, statuses) settle
         settle_req = _requests(api)
         settle_writes = _operator_metric(port, "gpumix_cluster_writes_total")
@@ -607,7 +623,7 @@ def live(
             time.sleep(5)
             change_req.append(_delta(_requests(api), req0))
             change_writes.append(_delta(_operator_metric(port, "gpumix_cluster_writes_total"), w0))
-        rss, cpu = sample()
+        rss, rss_now, cpu = sample()
         passes = _operator_metric(port, "gpumix_planner_pass_seconds")
         stages = _operator_metric(port, "gpumix_planner_stage_seconds_sum")
         total_req = _delta(_requests(api), before)
@@ -616,7 +632,7 @@ def live(
         operator.terminate()
         operator.wait(timeout=60)
         t_restart = time.perf_counter()
-        operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         count = "gpumix_planner_pass_seconds_count"
         while ((_operator_metric_or_none(port, count) or {}).get(count) or 0) < 1:
             if operator.poll() is not None:
@@ -635,6 +651,8 @@ def live(
             "change_to_applied_p50_s": _quantile(latencies, 0.5),
             "change_to_applied_p99_s": _quantile(latencies, 0.99),
             "operator_peak_rss_mb": round(rss, 1),
+            "operator_rss_after_changes_mb": round(rss_now, 1),
+            "malloc_arena_max": malloc_arena_max or None,
             "operator_cpu_s": round(cpu, 1),
             "passes": {k: v for k, v in passes.items() if k.endswith(("_count", "_sum"))},
             "pass_stage_seconds": {k.split('"')[1]: round(v, 2) for k, v in stages.items()},
@@ -667,7 +685,9 @@ def print_live(r: dict[str, Any]) -> None:
     print(f"  every service planned {r['first_plan_all_s']} s after the operator started")
     print(f"  rate change → Deployments changed: p50 {r['change_to_applied_p50_s']} s, p99 "
           f"{r['change_to_applied_p99_s']} s ({r['change_to_applied_s']})")  # fmt: skip
-    print(f"  operator peak RSS {r['operator_peak_rss_mb']} MB, CPU {r['operator_cpu_s']} s")
+    print(f"  operator peak RSS {r['operator_peak_rss_mb']} MB (after the changes "
+          f"{r['operator_rss_after_changes_mb']} MB; MALLOC_ARENA_MAX "
+          f"{r['malloc_arena_max'] or 'unset'}), CPU {r['operator_cpu_s']} s")  # fmt: skip
     print(f"  pass stages (s, summed): {r['pass_stage_seconds']}")
     print(f"  restarted: first pass {r['restart_first_pass_s']} s after the start; writes in "
           f"its first 30 s: {r['restart_writes'] or 'none'}")  # fmt: skip
@@ -725,6 +745,9 @@ def main() -> int:
     parser.add_argument("--changes", type=int, default=0, help="live: rate changes (default "
                         f"{QUICK_CHANGES} with --quick, else 10)")  # fmt: skip
     parser.add_argument("--keep-cluster", action="store_true", help="live: leave it running")
+    parser.add_argument("--malloc-arena-max", type=int, default=IMAGE_MALLOC_ARENA_MAX,
+                        help="live: the operator's MALLOC_ARENA_MAX (default: the image's, "
+                             "from the Dockerfile; 0: unset, glibc's default)")  # fmt: skip
     args = parser.parse_args()
     args.changes = args.changes or (QUICK_CHANGES if args.quick else 10)
     sizes = parse_sizes(args.sizes or (QUICK_SIZES if args.quick else SIZES))
@@ -743,7 +766,15 @@ def main() -> int:
             result["offline"].append({k: v for k, v in r.items() if not k.startswith("profile_")})
     if args.mode in ("live", "both"):
         for s, n in sizes:
-            r = live(s, n, args.seed, args.changes, args.time_limit, keep=args.keep_cluster)
+            r = live(
+                s,
+                n,
+                args.seed,
+                args.changes,
+                args.time_limit,
+                keep=args.keep_cluster,
+                malloc_arena_max=args.malloc_arena_max,
+            )
             print_live(r)
             result["live"].append(r)
     if args.json:

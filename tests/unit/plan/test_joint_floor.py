@@ -4,8 +4,10 @@ joint search stops at its time limit on a dearer plan, or with none, the in-turn
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
+from plan_helpers import fleet as fleet_with_scarce_pool
 
 from gpumix.plan.joint import (
     JointInstance,
@@ -16,6 +18,7 @@ from gpumix.plan.joint import (
     solve_sequential,
     validate_joint,
 )
+from gpumix.plan.joint import solve as js
 from gpumix.plan.joint.solve import _at_least_in_turn
 
 POOLS = {"l4": 0.8, "a10g": 1.0, "a100": 3.7, "h100": 4.4}  # $/h per replica
@@ -73,3 +76,26 @@ def test_a_dearer_joint_plan_gives_way_to_the_in_turn_plan() -> None:
     assert validate_joint(inst, kept) == []
     # A joint plan at least as cheap as planning in turn is kept as it is.
     assert _at_least_in_turn(inst, best, "highs", 30.0, 0.0).services == best.services
+
+
+def test_at_fleet_size_a_search_out_of_time_plans_in_turn_without_the_full_joint_ilp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the priced search and the contention decomposition find nothing in time, the full
+    joint ILP (minutes and hundreds of MB at 200 services) is not tried: the services are
+    planned in turn, and the search goes on from its cache in the next pass."""
+    inst = fleet_with_scarce_pool(js.DECOMPOSE_FROM + 2, 8, cheap=3)
+    full_service = js._full_service
+
+    def one_service_only(instance: JointInstance, *args: Any, **kwargs: Any) -> Any:
+        assert len(instance.services) == 1, "the full joint ILP was solved"
+        return full_service(instance, *args, **kwargs)
+
+    monkeypatch.setattr(js, "_fleet", lambda *args: None)  # as when time runs out
+    monkeypatch.setattr(js, "_full_service", one_service_only)
+    plan = solve_joint(inst)
+    in_turn = solve_sequential(inst)
+    assert plan is not None
+    assert plan.result.message.startswith("the services planned in turn")
+    assert plan.cost_per_hour == pytest.approx(in_turn.cost_per_hour)
+    assert validate_joint(inst, plan) == []

@@ -501,6 +501,13 @@ def _min_cost(
             plan = _fleet(instance, parts, solver, limit, gap)
             if plan is not None:
                 return plan
+            # Nothing in time at fleet size: the full joint ILP is slower and larger still (at
+            # 200 services minutes and hundreds of MB, and its time-boxed plan far dearer than
+            # this floor, #19). The services planned in turn serve now; the priced search's
+            # solves are cached, so the next pass goes on from where this one stopped.
+            floor = _in_turn_plan(instance, solver, limit, gap, [])
+            if floor is not None:
+                return floor
     partial = instance.allow_partial
     if not any_unservable:
         try:
