@@ -124,22 +124,25 @@ class Planner:
             except TimeoutError:
                 pass
 
-    async def listed(self, poll_s: float = 0.2) -> None:
-        """Until the view holds as many objects of each kind as the apiserver did when asked
+    async def listed(self, poll_s: float = 0.2, recount_s: float = 2.0) -> None:
+        """Until the view holds as many objects of each kind as the apiserver counts
         (`gpumix.operator.listing`), at most ``listing_timeout_s``: the first pass plans on the
-        whole cluster, not on what kopf has listed so far. A count that fails is asked again."""
+        whole cluster, not on what kopf has listed so far. The apiserver is asked again every
+        ``recount_s`` while the view is short: objects deleted since a count (a namespace being
+        torn down as the operator starts) would otherwise keep the view short of it until the
+        timeout. A count that fails is asked again too."""
         if self.listing is None:
             return
         deadline = time.monotonic() + self.listing_timeout_s
         counts: dict[str, int] | None = None
+        recount_at = time.monotonic()
         while time.monotonic() < deadline:
-            if counts is None:
+            if time.monotonic() >= recount_at:
+                recount_at = time.monotonic() + recount_s
                 try:
                     counts = await asyncio.to_thread(self.listing)
                 except Exception as err:
                     log.warning("counting the cluster's objects failed (%s); trying again", err)
-                    await asyncio.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
-                    continue
             if counts is not None and not self.view.short_of(counts):
                 log.info("view listed: %s", counts, extra={"listed": counts})
                 return
