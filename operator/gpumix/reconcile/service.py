@@ -9,7 +9,6 @@ below the service's target, and how many rounds of MaxTput derating the planner 
 (the loop that derates and solves again is the cluster pass's: :mod:`gpumix.reconcile.cluster`).
 """
 
-import functools
 import hashlib
 import json
 import logging
@@ -106,20 +105,27 @@ class ServiceDecision(BaseModel):
     the pods are rendered with it (``--max-model-len``). None: a model gpumix has no shape of."""
 
 
-@functools.lru_cache(maxsize=BASELINES_KEPT)
+_baselines_kept: DigestCache[dict[str, Allocation | None]] = DigestCache(BASELINES_KEPT)
+
+
 def _baselines(instance_json: str, time_limit_s: float) -> dict[str, Allocation | None]:
-    """Mélange §6.1's single-type baselines, one per option; pure, so cached across passes."""
-    instance = AllocationInstance.model_validate_json(instance_json)
-    uncapped = instance.model_copy(
-        update={"gpus": [g.model_copy(update={"max_count": None}) for g in instance.gpus]}
-    )
-    out: dict[str, Allocation | None] = {}
-    for gpu in uncapped.gpus:
-        try:
-            out[gpu.name] = solve(uncapped, time_limit_s=time_limit_s, only=gpu.name)
-        except (UnservableBucketError, SolverError):
-            out[gpu.name] = None
-    return out
+    """Mélange §6.1's single-type baselines, one per option; pure, so cached across passes
+    (by a digest of the instance, not its 7 KB of JSON: :class:`gpumix.digestcache.DigestCache`)."""
+
+    def solved() -> dict[str, Allocation | None]:
+        instance = AllocationInstance.model_validate_json(instance_json)
+        uncapped = instance.model_copy(
+            update={"gpus": [g.model_copy(update={"max_count": None}) for g in instance.gpus]}
+        )
+        out: dict[str, Allocation | None] = {}
+        for gpu in uncapped.gpus:
+            try:
+                out[gpu.name] = solve(uncapped, time_limit_s=time_limit_s, only=gpu.name)
+            except (UnservableBucketError, SolverError):
+                out[gpu.name] = None
+        return out
+
+    return _baselines_kept.get(f"{time_limit_s!r}\0{instance_json}", solved)
 
 
 _specs_of: list[tuple[list[GPUPool], list[GPUProfile], str]] = []
