@@ -375,23 +375,42 @@ def _union(
     )
 
 
-def _in_turn_plan(
-    instance: JointInstance,
-    solver: SolverName,
-    limit: float,
-    gap: float,
-    before: list[SolveResult],
-    *,
-    joint: JointAllocation | None = None,
+def _running_plan(
+    instance: JointInstance, solver: SolverName, limit: float, gap: float
 ) -> JointAllocation | None:
-    """The services planned in turn (:func:`in_turn`) as one plan, when that serves them all
-    and ``joint`` (the time-boxed joint search's plan, if it found one) is dearer; ``before``:
-    the joint search's solves, kept in the plan's stages.
+    """What runs now, as a plan: every service at its running replica counts, split to serve
+    its demand in full; ``None`` when a service's running replicas do not serve it or the
+    union does not fit the pools and the cluster budget. No replica is added, so no churn.
 
-    A joint plan must never be dearer than the plan the operator made one service at a time
-    (#19), yet at fleet size a time-boxed joint ILP can stop far above it. Same objective on
-    both sides: cost plus Coral §4.3's churn penalty.
-    """
+    A plan the operator made earlier is still a plan: a restarted operator (or a new leader)
+    with cold caches had its priced search run out of time at 200 services and planned the
+    services in turn instead, moving 413 objects of a fleet nothing had changed in (#19)."""
+    parts = []
+    for i, service in enumerate(instance.services):
+        if service.total_rate > 0 and not any(o.running or o.fixed for o in service.options):
+            return None
+        options = [
+            o if o.fixed is not None else o.model_copy(update={"fixed": o.running})
+            for o in service.options
+        ]
+        pinned = contention.restricted(instance, {i}).model_copy(
+            update={"services": [service.model_copy(update={"options": options})]}
+        )
+        part = _own_plan(pinned.model_dump_json(), solver, max(limit, FALLBACK_MIN_S), gap)
+        if part is None:
+            return None
+        parts.append(part)
+    if not parts or not contention.fits(instance, _allocs(parts)):
+        return None
+    stages = [stage for part in parts for stage in part.stages]
+    return _union(instance, parts, stages, "feasible", "")
+
+
+def _in_turn_plan(
+    instance: JointInstance, solver: SolverName, limit: float, gap: float
+) -> JointAllocation | None:
+    """The services planned in turn (:func:`in_turn`) as one plan, ``None`` when that leaves
+    a service unserved."""
 
     def solve_one(alone: JointInstance) -> JointAllocation | None:
         # One service's solve is small: it gets the time a fallback gets, at least; no plan
@@ -403,27 +422,59 @@ def _in_turn_plan(
     parts = [plan for plan in planned if plan is not None]
     if len(parts) < len(planned):
         return None
-    stages = [*before, *(stage for part in parts for stage in part.stages)]
-    cost = sum(part.cost_per_hour + part.churn_cost for part in parts)
+    stages = [stage for part in parts for stage in part.stages]
+    return _union(instance, parts, stages, "feasible", "")
+
+
+def _floor_plan(
+    instance: JointInstance,
+    solver: SolverName,
+    limit: float,
+    gap: float,
+    before: list[SolveResult],
+    *,
+    joint: JointAllocation | None = None,
+) -> JointAllocation | None:
+    """The cheaper of the services planned in turn and the plan that runs
+    (:func:`_running_plan`), when ``joint`` (the time-boxed joint search's plan, if it found
+    one) is dearer; ``before``: the joint search's solves, kept in the plan's stages.
+
+    A joint plan must never be dearer than the plan the operator made one service at a time
+    (#19), yet at fleet size a time-boxed joint ILP can stop far above it. Same objective on
+    every side: cost plus Coral §4.3's churn penalty (none for the plan that runs).
+    """
+    found = [
+        (kind, plan)
+        for kind, plan in (
+            ("the plan that runs kept", _running_plan(instance, solver, limit, gap)),
+            ("the services planned in turn", _in_turn_plan(instance, solver, limit, gap)),
+        )
+        if plan is not None
+    ]
+    if not found:
+        return None
+    kind, best = min(found, key=lambda f: f[1].cost_per_hour + f[1].churn_cost)
+    cost = best.cost_per_hour + best.churn_cost
     if joint is None:
-        message = "the services planned in turn: the joint search stopped with no plan"
+        message = f"{kind}: the joint search stopped with no plan"
     elif cost < joint.cost_per_hour + joint.churn_cost - STAGE_TOL:
         message = (
-            f"the services planned in turn: the joint search stopped at its time limit on "
+            f"{kind}: the joint search stopped at its time limit on "
             f"{joint.cost_per_hour + joint.churn_cost:.2f} $/h (gap {joint.result.gap or 0:.1%}), "
-            f"dearer than their {cost:.2f} $/h"
+            f"dearer than its {cost:.2f} $/h"
         )
     else:
         return None
-    return _union(instance, parts, stages, "feasible", message)
+    parts = [best.model_copy(update={"stages": [*before, *best.stages]})]
+    return _union(instance, parts, parts[0].stages, "feasible", message)
 
 
-def _at_least_in_turn(
+def _at_least_floor(
     instance: JointInstance, joint: JointAllocation, solver: SolverName, limit: float, gap: float
 ) -> JointAllocation:
     """``joint`` (stopped at its time limit short of its gap), or the services planned in turn
-    when that is cheaper (:func:`_in_turn_plan`)."""
-    floor = _in_turn_plan(instance, solver, limit, gap, joint.stages, joint=joint)
+    or the plan that runs, when cheaper (:func:`_floor_plan`)."""
+    floor = _floor_plan(instance, solver, limit, gap, joint.stages, joint=joint)
     return joint if floor is None else floor
 
 
@@ -482,7 +533,7 @@ def _fleet(
                                      p.result.status != "optimal"))  # fmt: skip
     if best.result.status == "optimal":
         return best
-    return _at_least_in_turn(instance, best, solver, limit, gap)
+    return _at_least_floor(instance, best, solver, limit, gap)
 
 
 def _min_cost(
@@ -503,9 +554,10 @@ def _min_cost(
                 return plan
             # Nothing in time at fleet size: the full joint ILP is slower and larger still (at
             # 200 services minutes and hundreds of MB, and its time-boxed plan far dearer than
-            # this floor, #19). The services planned in turn serve now; the priced search's
-            # solves are cached, so the next pass goes on from where this one stopped.
-            floor = _in_turn_plan(instance, solver, limit, gap, [])
+            # this floor, #19). The plan that runs, or the services planned in turn, serve
+            # now; the priced search's solves are cached, so the next pass goes on from where
+            # this one stopped.
+            floor = _floor_plan(instance, solver, limit, gap, [])
             if floor is not None:
                 return floor
     partial = instance.allow_partial
@@ -515,12 +567,12 @@ def _min_cost(
         except SolverError:  # stopped with no plan at all: planning in turn may still find one
             if (
                 len(instance.services) < 2
-                or (floor := _in_turn_plan(instance, solver, limit, gap, stages)) is None
+                or (floor := _floor_plan(instance, solver, limit, gap, stages)) is None
             ):
                 raise
             return floor
         if full is not None and full.result.status != "optimal" and len(instance.services) > 1:
-            return _at_least_in_turn(instance, full, solver, limit, gap)
+            return _at_least_floor(instance, full, solver, limit, gap)
         if full is not None:
             return full
         if not partial and not any(s.min_replicas for s in instance.services):
