@@ -255,6 +255,15 @@ def _own_plan(
     return _own.get(f"{solver}\0{limit!r}\0{gap!r}\0{alone_json}", solve)
 
 
+def _alone(
+    alone: JointInstance, solver: SolverName, limit: float, gap: float
+) -> JointAllocation | None:
+    """:func:`_own_plan` of a one-service instance a fall-back builds: a single service's solve
+    is small, so it gets at least the time a fall-back gets; no plan in time: none (cached, as
+    the services before it leave the same pools from pass to pass)."""
+    return _own_plan(alone.model_dump_json(), solver, max(limit, FALLBACK_MIN_S), gap)
+
+
 def _own_plans(
     instance: JointInstance, solver: SolverName, limit: float, gap: float
 ) -> list[JointAllocation] | None:
@@ -332,7 +341,7 @@ def _priced(
     start = time.perf_counter()
 
     def solve_one(alone: JointInstance) -> JointAllocation | None:
-        return _own_plan(alone.model_dump_json(), solver, max(limit, FALLBACK_MIN_S), gap)
+        return _alone(alone, solver, limit, gap)
 
     out = pricing.solve_priced(instance, parts, solve_one, solver=solver, limit=limit, gap=gap)
     if out is None:
@@ -377,10 +386,11 @@ def _union(
 
 def _running_plan(
     instance: JointInstance, solver: SolverName, limit: float, gap: float
-) -> JointAllocation | None:
-    """What runs now, as a plan: every service at its running replica counts, split to serve
-    its demand in full; ``None`` when a service's running replicas do not serve it or the
-    union does not fit the pools and the cluster budget. No replica is added, so no churn.
+) -> list[JointAllocation] | None:
+    """What runs now, as a plan (one part per service): every service at its running replica
+    counts, split to serve its demand in full; ``None`` when a service's running replicas do
+    not serve it or they do not fit the pools and the cluster budget together. No replica is
+    added, so no churn.
 
     A plan the operator made earlier is still a plan: a restarted operator (or a new leader)
     with cold caches had its priced search run out of time at 200 services and planned the
@@ -396,34 +406,21 @@ def _running_plan(
         pinned = contention.restricted(instance, {i}).model_copy(
             update={"services": [service.model_copy(update={"options": options})]}
         )
-        part = _own_plan(pinned.model_dump_json(), solver, max(limit, FALLBACK_MIN_S), gap)
+        part = _alone(pinned, solver, limit, gap)
         if part is None:
             return None
         parts.append(part)
-    if not parts or not contention.fits(instance, _allocs(parts)):
-        return None
-    stages = [stage for part in parts for stage in part.stages]
-    return _union(instance, parts, stages, "feasible", "")
+    return parts if parts and contention.fits(instance, _allocs(parts)) else None
 
 
 def _in_turn_plan(
     instance: JointInstance, solver: SolverName, limit: float, gap: float
-) -> JointAllocation | None:
-    """The services planned in turn (:func:`in_turn`) as one plan, ``None`` when that leaves
-    a service unserved."""
-
-    def solve_one(alone: JointInstance) -> JointAllocation | None:
-        # One service's solve is small: it gets the time a fallback gets, at least; no plan
-        # in time: no floor either (cached, as the services before it leave the same pools
-        # from pass to pass).
-        return _own_plan(alone.model_dump_json(), solver, max(limit, FALLBACK_MIN_S), gap)
-
-    planned = [plan for _, plan in in_turn(instance, solve_one)]
+) -> list[JointAllocation] | None:
+    """The services planned in turn (:func:`in_turn`), one part per service; ``None`` when that
+    leaves a service unserved."""
+    planned = [plan for _, plan in in_turn(instance, lambda a: _alone(a, solver, limit, gap))]
     parts = [plan for plan in planned if plan is not None]
-    if len(parts) < len(planned):
-        return None
-    stages = [stage for part in parts for stage in part.stages]
-    return _union(instance, parts, stages, "feasible", "")
+    return parts if len(parts) == len(planned) else None
 
 
 def _floor_plan(
@@ -443,18 +440,22 @@ def _floor_plan(
     (#19), yet at fleet size a time-boxed joint ILP can stop far above it. Same objective on
     every side: cost plus Coral §4.3's churn penalty (none for the plan that runs).
     """
+
+    def objective(parts: list[JointAllocation]) -> float:
+        return sum(part.cost_per_hour + part.churn_cost for part in parts)
+
     found = [
-        (kind, plan)
-        for kind, plan in (
+        (kind, parts)
+        for kind, parts in (
             ("the plan that runs kept", _running_plan(instance, solver, limit, gap)),
             ("the services planned in turn", _in_turn_plan(instance, solver, limit, gap)),
         )
-        if plan is not None
+        if parts is not None
     ]
     if not found:
         return None
-    kind, best = min(found, key=lambda f: f[1].cost_per_hour + f[1].churn_cost)
-    cost = best.cost_per_hour + best.churn_cost
+    kind, parts = min(found, key=lambda f: objective(f[1]))
+    cost = objective(parts)
     if joint is None:
         message = f"{kind}: the joint search stopped with no plan"
     elif cost < joint.cost_per_hour + joint.churn_cost - STAGE_TOL:
@@ -465,8 +466,8 @@ def _floor_plan(
         )
     else:
         return None
-    parts = [best.model_copy(update={"stages": [*before, *best.stages]})]
-    return _union(instance, parts, parts[0].stages, "feasible", message)
+    stages = [*before, *(stage for part in parts for stage in part.stages)]
+    return _union(instance, parts, stages, "feasible", message)
 
 
 def _at_least_floor(
