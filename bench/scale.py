@@ -18,7 +18,10 @@ solved again alone (``solve_joint`` at the operator's 1 % gap and ``--time-limit
 the baseline in the same run: the services planned one at a time in what the ones before them
 left (``solve_sequential``, same gap and time limit, like for like), and against the solver's
 bound (the objective less the reported relative gap). ``--profile`` prints where a pass spends
-its time (cProfile, top functions by cumulative time).
+its time (cProfile, top functions by cumulative time). After the passes, the planner's caches
+(:class:`gpumix.digestcache.DigestCache`, values kept packed): entries, bytes kept, and the same
+values unpacked into objects as the pass had kept them before (``tracemalloc``), with the time
+one hit spends unpacking.
 
 **Live** (``--mode live``): a local control plane from ``hack/`` (etcd, kube-apiserver,
 scheduler, controller-manager, KWOK; no Docker) with the same pools as KWOK nodes, the CRDs,
@@ -56,6 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -64,12 +68,15 @@ from typing import Any
 
 import yaml
 
+from gpumix.digestcache import DigestCache
 from gpumix.plan.joint import JointInstance, solve_joint, solve_sequential
+from gpumix.plan.joint import solve as joint_solve
 from gpumix.problem import replica_fits
 from gpumix.profiles import CATALOG
 from gpumix.profiles.models import model_shape
 from gpumix.profiles.roofline import estimate_profile
 from gpumix.reconcile import cluster as rc
+from gpumix.reconcile import service as rs
 from gpumix.reconcile.capacity import NodeInfo
 from gpumix.reconcile.service import Running
 
@@ -294,6 +301,42 @@ def timed_pass(snap: rc.Snapshot, profile: bool) -> tuple[rc.ClusterDecision, fl
     return decision, seconds, report
 
 
+CACHES: dict[str, DigestCache[Any]] = {
+    "joint plans": rc._solved,
+    "one-service plans": joint_solve._own,
+    "balanced splits": joint_solve._splits,
+    "predictions": rs._predictions,
+    "single-type baselines": rs._baselines_kept,
+}
+"""The planner's caches, filled by the passes of a run."""
+
+
+def cache_memory() -> dict[str, Any]:
+    """Per cache: entries, bytes kept packed, and the bytes of the same values as objects
+    (``tracemalloc`` while unpacking them all, which is also timed: a hit unpacks one)."""
+    out: dict[str, Any] = {}
+    for name, cache in CACHES.items():
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        values = cache.values()
+        unpack_s = time.perf_counter() - t0
+        as_objects = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        del values
+        out[name] = {
+            "entries": len(cache),
+            "packed_mb": round(cache.packed_bytes() / 1e6, 2),
+            "objects_mb": round(as_objects / 1e6, 2),
+            "unpack_us_per_hit": round(unpack_s / len(cache) * 1e6) if len(cache) else None,
+        }
+    packed = sum(c["packed_mb"] for c in out.values())
+    objects = sum(c["objects_mb"] for c in out.values())
+    ratio = round(objects / packed, 1) if packed else None
+    out["total"] = {"packed_mb": round(packed, 2), "objects_mb": round(objects, 2),
+                    "objects_per_packed": ratio}  # fmt: skip
+    return out
+
+
 def bound_of(cost: float, gap: float | None) -> float | None:
     return None if gap is None else cost * (1 - gap)
 
@@ -302,7 +345,8 @@ def offline(
     n_services: int, n_nodes: int, seed: int, time_limit_s: float, *, profile: bool,
     sequential: bool,
 ) -> dict[str, Any]:  # fmt: skip
-    rc._solved.clear()
+    for cache in CACHES.values():  # each size starts cold
+        cache.clear()
     services = service_bodies(n_services, seed)
     t0 = time.perf_counter()
     profile_bodies()
@@ -393,6 +437,7 @@ def offline(
         "bound": None if bound is None else round(bound, 3),
         "joint_vs_bound": None if not bound else round(objective / bound, 4),
         "joint_served_in_full": served,
+        "caches": cache_memory(),
         "load_average_1m": round(os.getloadavg()[0], 2),
         **seq,
     }
@@ -724,6 +769,15 @@ def print_offline(r: dict[str, Any]) -> None:
         print(f"  one at a time: {r['sequential_s']:.2f} s, {r['sequential_cost']:.2f} $/h, "
               f"{r['sequential_served_in_full']}/{r['services']} served in full; "
               f"joint/one-at-a-time cost {r['joint_vs_sequential_cost']}")  # fmt: skip
+    total = r["caches"]["total"]
+    print(f"  planner caches: {total['packed_mb']} MB kept packed; the same values as objects "
+          f"{total['objects_mb']} MB ({total['objects_per_packed']}×)")  # fmt: skip
+    for name, c in r["caches"].items():
+        if name != "total":
+            print(
+                f"    {name}: {c['entries']} entries, {c['packed_mb']} MB packed, "
+                f"{c['objects_mb']} MB as objects, {c['unpack_us_per_hit']} µs a hit"
+            )
     for k in ("profile_cold", "profile_change"):
         if k in r:
             print(f"  --- {k} ---")

@@ -1,17 +1,34 @@
-"""A least-recently-used cache keyed by a digest of a text (a model's JSON).
+"""A least-recently-used cache keyed by a digest of a text (a model's JSON), holding its values
+packed.
 
 The planner caches pure functions of large inputs: one service's instance (about 7 KB of JSON),
 the whole fleet's (about 3 MB at 500 services). ``functools.lru_cache`` would keep every text as
 its key; this keeps 32 bytes instead, and counts hits and misses for the benchmarks and tests.
+
+The values are kept pickled and zlib-compressed. As objects they were most of a fleet
+operator's memory: a plan's traffic split is a grid of floats per option, and at 200 services
+the caches held some 5,000 one-service plans, a million lists (``bench/scale.py`` reports the
+bytes kept against the same values as objects). A hit unpacks a copy, a few hundred
+microseconds against a solve or a simulation; the values are frozen models, so a copy is
+as good as the original.
 """
 
 from __future__ import annotations
 
 import hashlib
+import pickle
+import zlib
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 V = TypeVar("V")
+
+LEVEL = 1
+"""zlib's fastest level: the grids are mostly zeros, which it packs as well as the slower ones."""
+
+
+def _pack(value: object) -> bytes:
+    return zlib.compress(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), LEVEL)
 
 
 class DigestCache(Generic[V]):
@@ -21,21 +38,29 @@ class DigestCache(Generic[V]):
         self.size = size
         self.hits = 0
         self.misses = 0
-        self._values: dict[bytes, V] = {}
+        self._values: dict[bytes, bytes] = {}
 
     def get(self, text: str, make: Callable[[], V]) -> V:
         """The value kept for ``text``, else ``make()`` (kept)."""
         key = hashlib.blake2b(text.encode(), digest_size=32).digest()
         if key in self._values:
             self.hits += 1
-            value = self._values[key] = self._values.pop(key)
-            return value
+            packed = self._values[key] = self._values.pop(key)
+            return cast(V, pickle.loads(zlib.decompress(packed)))
         self.misses += 1
         value = make()
         if len(self._values) >= self.size:
             del self._values[next(iter(self._values))]
-        self._values[key] = value
+        self._values[key] = _pack(value)
         return value
+
+    def packed_bytes(self) -> int:
+        """What the kept values take, packed (the keys take 32 bytes each)."""
+        return sum(len(v) for v in self._values.values())
+
+    def values(self) -> list[V]:
+        """Every kept value, unpacked (for measuring what packing saves)."""
+        return [cast(V, pickle.loads(zlib.decompress(v))) for v in self._values.values()]
 
     def clear(self) -> None:
         self._values.clear()

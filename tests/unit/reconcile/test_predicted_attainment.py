@@ -122,11 +122,14 @@ def test_an_unchanged_plan_is_simulated_once() -> None:
                    "seconds": 0.5},
     })  # fmt: skip
     first = predicted_attainment(svc, gpu_pools, profs, alloc)
+    simulated = service_module._predictions.misses
     touched = svc.model_copy(update={"metadata": {**svc.metadata, "resourceVersion": "42"}})
     resolved = alloc.model_copy(update={"result": alloc.result.model_copy(update={"seconds": 1})})
-    assert predicted_attainment(touched, gpu_pools, profs, resolved) is first
+    assert predicted_attainment(touched, gpu_pools, profs, resolved) == first
+    assert service_module._predictions.misses == simulated
     fewer = alloc.model_copy(update={"counts": {**alloc.counts, "a10g": 1}})
-    assert predicted_attainment(svc, gpu_pools, profs, fewer) is not first
+    predicted_attainment(svc, gpu_pools, profs, fewer)
+    assert service_module._predictions.misses == simulated + 1
 
 
 def test_the_specs_digest_is_computed_once_per_pass_and_follows_every_spec() -> None:
