@@ -44,8 +44,10 @@ def configure(settings: kopf.OperatorSettings, log_json: bool) -> None:
 
 def register(registry: kopf.OperatorRegistry, view: ClusterView, log_json: bool) -> None:
     for kind, (group, version, plural, labels) in WATCHES.items():
-
-        def on_event(event: kopf.RawEvent, _kind: str = kind, **_: Any) -> None:
+        # A coroutine, so kopf calls it on the event loop: a plain function runs in kopf's
+        # thread pool, one hop per watch event (thousands in a fleet's rollout), and from there
+        # it mutated the view while the loop read it and set an asyncio.Event off its loop.
+        async def on_event(event: kopf.RawEvent, _kind: str = kind, **_: Any) -> None:
             view.update(_kind, event.get("type"), dict(event["object"]))
 
         kopf.on.event(group, version, plural, labels=labels, registry=registry)(on_event)
