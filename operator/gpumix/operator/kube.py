@@ -4,6 +4,8 @@ Blocking calls of the kubernetes client; the planner runs them in a worker threa
 dynamic module and config loaders are untyped, hence a mypy override in pyproject.toml.
 """
 
+import hashlib
+import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -21,6 +23,37 @@ from gpumix.render import FIELD_MANAGER
 log = logging.getLogger("gpumix.kube")
 
 
+def digest(value: Any) -> str:
+    """Of JSON-able objects (what we apply): equal for equal content, whatever the key order."""
+    return hashlib.blake2b(json.dumps(value, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+ObjectRef = tuple[str, str, str, str]
+"""(apiVersion, kind, namespace, name)."""
+
+
+class Applied:
+    """Per object, the digest of what was last applied: the objects themselves, thousands of
+    Deployments and ConfigMaps at fleet size, would be kept for nothing else."""
+
+    def __init__(self) -> None:
+        self._digests: dict[ObjectRef, str] = {}
+
+    @staticmethod
+    def ref(obj: dict[str, Any]) -> ObjectRef:
+        meta = obj["metadata"]
+        return obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"]
+
+    def unchanged(self, obj: dict[str, Any]) -> bool:
+        return self._digests.get(self.ref(obj)) == digest(obj)
+
+    def record(self, obj: dict[str, Any]) -> None:
+        self._digests[self.ref(obj)] = digest(obj)
+
+    def forget(self, ref: ObjectRef) -> None:
+        self._digests.pop(ref, None)
+
+
 class KubeWriter:
     """``guard(verb)`` runs before every write: the Lease check of `gpumix.operator.election`,
     which ends the process when this replica may no longer write. Writes sent are counted
@@ -33,7 +66,7 @@ class KubeWriter:
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
         self._apis = client.ApisApi(api)
-        self._last_applied: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self._applied = Applied()
         self.sent = 0
         """Writes sent so far (what the planner's pass log reports)."""
 
@@ -41,27 +74,23 @@ class KubeWriter:
         """Server-side apply with our field manager; skipped when identical to our last apply
         (a restart re-applies once, which the apiserver treats as a no-op)."""
         self._before("apply")
-        meta = obj["metadata"]
-        key = (obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
-        if self._last_applied.get(key) == obj:
+        if self._applied.unchanged(obj):
             return False
         self._count("apply")
         resource = self._dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         self._dynamic.server_side_apply(
             resource,
             body=obj,
-            namespace=meta.get("namespace"),
+            namespace=obj["metadata"].get("namespace"),
             field_manager=FIELD_MANAGER,
             force_conflicts=True,
         )
-        self._last_applied[key] = obj
+        self._applied.record(obj)
         return True
 
     def remember(self, obj: dict[str, Any]) -> None:
         """Take ``obj`` as applied already (status says so): :meth:`apply` skips it unchanged."""
-        meta = obj["metadata"]
-        self._last_applied[obj["apiVersion"], obj["kind"], meta.get("namespace", ""),
-                           meta["name"]] = obj  # fmt: skip
+        self._applied.record(obj)
 
     def _before(self, verb: str) -> None:
         if self._guard is not None:
@@ -97,7 +126,7 @@ class KubeWriter:
         except ApiException as err:
             if err.status != 404:
                 raise
-        self._last_applied.pop((api_version, kind, namespace, name), None)
+        self._applied.forget((api_version, kind, namespace, name))
 
     def patch_service_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self._write("patch_service_status", "patch_status")

@@ -5,8 +5,6 @@ and writes what changed. A failed write is logged and counted; the next pass ret
 """
 
 import asyncio
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -19,7 +17,7 @@ from gpumix.api import GPUPool, GPUPoolStatus, LLMService, LLMServiceStatus
 from gpumix.install import NAMESPACE
 from gpumix.observe import CONDITION_TYPE as OBSERVED_CONDITION
 from gpumix.operator import metrics
-from gpumix.operator.kube import KubeWriter
+from gpumix.operator.kube import KubeWriter, digest
 from gpumix.operator.observing import Observer
 from gpumix.operator.view import ClusterView
 from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
@@ -241,10 +239,10 @@ class Planner:
             new = _dump(sd.status)
             new.pop(KV_FIELD, None)  # written only by the KV loop (gpumix.operator.kvtask)
             old = {k: v for k, v in (body.get("status") or {}).items() if k != KV_FIELD}
-            digest = applied[key] if key in applied else old.get(DIGEST_FIELD)
+            applied_digest = applied[key] if key in applied else old.get(DIGEST_FIELD)
             new.pop(DIGEST_FIELD, None)
-            if digest is not None:
-                new[DIGEST_FIELD] = digest
+            if applied_digest is not None:
+                new[DIGEST_FIELD] = applied_digest
             if not _same_status(LLMServiceStatus, old, new):
                 old_keys = set(old.keys())
                 patch: dict[str, Any] = dict.fromkeys(old_keys - new.keys())
@@ -299,15 +297,13 @@ class Planner:
             inference_pools_served=inference_pools_served,
             operator_namespace=self.operator_namespace,
         )
-        digest = hashlib.blake2b(
-            json.dumps(objects, sort_keys=True).encode(), digest_size=16
-        ).hexdigest()
+        applied = digest(objects)
         present = all(
             (ns, o["metadata"]["name"]) in self.view.objects["deployments"]
             for o in objects
             if o["kind"] == "Deployment"
         )
-        if present and digest == (body.get("status") or {}).get(DIGEST_FIELD):
+        if present and applied == (body.get("status") or {}).get(DIGEST_FIELD):
             for obj in objects:
                 self.writer.remember(obj)
         failed = [obj for obj in objects if not self._guard("apply", self.writer.apply, obj)]
@@ -319,7 +315,7 @@ class Planner:
         ):
             if not self._guard("delete", self.writer.delete, *ref):
                 break
-        return None if failed else digest
+        return None if failed else applied
 
     @staticmethod
     def _guard(stage: str, fn: Any, *args: Any) -> bool:
