@@ -12,7 +12,7 @@ below the service's target, and how many rounds of MaxTput derating the planner 
 import hashlib
 import json
 import logging
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -105,24 +105,35 @@ class ServiceDecision(BaseModel):
     the pods are rendered with it (``--max-model-len``). None: a model gpumix has no shape of."""
 
 
-_baselines_kept: DigestCache[dict[str, Allocation | None]] = DigestCache(BASELINES_KEPT)
+class SingleType(NamedTuple):
+    """What status reports of a single-type baseline (its traffic split is not kept: at 50
+    services the baselines' allocations were 20 MB of the planner's caches)."""
+
+    replicas: int | None
+    cost_per_hour: float
 
 
-def _baselines(instance_json: str, time_limit_s: float) -> dict[str, Allocation | None]:
+_baselines_kept: DigestCache[dict[str, SingleType | None]] = DigestCache(BASELINES_KEPT)
+
+
+def _baselines(instance_json: str, time_limit_s: float) -> dict[str, SingleType | None]:
     """Mélange §6.1's single-type baselines, one per option; pure, so cached across passes
     (by a digest of the instance, not its 7 KB of JSON: :class:`gpumix.digestcache.DigestCache`)."""
 
-    def solved() -> dict[str, Allocation | None]:
+    def solved() -> dict[str, SingleType | None]:
         instance = AllocationInstance.model_validate_json(instance_json)
         uncapped = instance.model_copy(
             update={"gpus": [g.model_copy(update={"max_count": None}) for g in instance.gpus]}
         )
-        out: dict[str, Allocation | None] = {}
+        out: dict[str, SingleType | None] = {}
         for gpu in uncapped.gpus:
             try:
-                out[gpu.name] = solve(uncapped, time_limit_s=time_limit_s, only=gpu.name)
+                base = solve(uncapped, time_limit_s=time_limit_s, only=gpu.name)
             except (UnservableBucketError, SolverError):
-                out[gpu.name] = None
+                base = None
+            out[gpu.name] = (
+                None if base is None else SingleType(base.counts.get(gpu.name), base.cost_per_hour)
+            )
         return out
 
     return _baselines_kept.get(f"{time_limit_s!r}\0{instance_json}", solved)
@@ -456,7 +467,7 @@ def status_message_unserved(allocation: ServiceAllocation) -> str:
 def _status(
     service: LLMService,
     *,
-    baselines: dict[str, Allocation | None],
+    baselines: dict[str, SingleType | None],
     choices: dict[str, PoolChoice],
     target: dict[str, int],
     cost: float,
@@ -487,7 +498,7 @@ def _status(
                     if choices[option].gpus_per_replica == 1
                     else f" (tp{choices[option].gpus_per_replica})"
                 ),
-                replicas=base.counts.get(option) if base else None,
+                replicas=base.replicas if base else None,
                 cost_per_hour=round(base.cost_per_hour, 4) if base else None,
             )
         )
