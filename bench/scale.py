@@ -19,9 +19,9 @@ the baseline in the same run: the services planned one at a time in what the one
 left (``solve_sequential``, same gap and time limit, like for like), and against the solver's
 bound (the objective less the reported relative gap). ``--profile`` prints where a pass spends
 its time (cProfile, top functions by cumulative time). After the passes, the planner's caches
-(:class:`gpumix.digestcache.DigestCache`, values kept packed): entries, bytes kept, and the same
-values unpacked into objects as the pass had kept them before (``tracemalloc``), with the time
-one hit spends unpacking.
+(:class:`gpumix.digestcache.DigestCache`, values kept packed, the most recently used also as
+objects): entries, bytes kept, and the same values unpacked into objects as the pass had kept
+them before (``tracemalloc``), with the time a hit on a packed value spends unpacking.
 
 **Live** (``--mode live``): a local control plane from ``hack/`` (etcd, kube-apiserver,
 scheduler, controller-manager, KWOK; no Docker) with the same pools as KWOK nodes, the CRDs,
@@ -312,19 +312,22 @@ CACHES: dict[str, DigestCache[Any]] = {
 
 
 def cache_memory() -> dict[str, Any]:
-    """Per cache: entries, bytes kept packed, and the bytes of the same values as objects
-    (``tracemalloc`` while unpacking them all, which is also timed: a hit unpacks one)."""
+    """Per cache: entries, bytes kept packed, the bytes of the same values as objects
+    (``tracemalloc`` while unpacking them all) and the time a hit spends unpacking (timed
+    without ``tracemalloc``)."""
     out: dict[str, Any] = {}
     for name, cache in CACHES.items():
-        tracemalloc.start()
         t0 = time.perf_counter()
-        values = cache.values()
+        cache.values()
         unpack_s = time.perf_counter() - t0
+        tracemalloc.start()
+        values = cache.values()
         as_objects = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
         del values
         out[name] = {
             "entries": len(cache),
+            "hot": min(len(cache), cache.hot),
             "packed_mb": round(cache.packed_bytes() / 1e6, 2),
             "objects_mb": round(as_objects / 1e6, 2),
             "unpack_us_per_hit": round(unpack_s / len(cache) * 1e6) if len(cache) else None,
@@ -775,7 +778,8 @@ def print_offline(r: dict[str, Any]) -> None:
     for name, c in r["caches"].items():
         if name != "total":
             print(
-                f"    {name}: {c['entries']} entries, {c['packed_mb']} MB packed, "
+                f"    {name}: {c['entries']} entries ({c['hot']} also as objects), "
+                f"{c['packed_mb']} MB packed, "
                 f"{c['objects_mb']} MB as objects, {c['unpack_us_per_hit']} µs a hit"
             )
     for k in ("profile_cold", "profile_change"):

@@ -50,3 +50,22 @@ def test_none_is_a_value_kept() -> None:
     assert cache.hits == 1
     cache.clear()
     assert len(cache) == 0 and cache.packed_bytes() == 0
+
+
+def test_the_hot_values_are_the_objects_made_and_the_others_equal_copies() -> None:
+    cache: DigestCache[ServiceAllocation] = DigestCache(8, hot=1)
+    a = cache.get("a", lambda: allocation(1.0))
+    assert cache.get("a", lambda: allocation(9.0)) is a  # hot: no unpacking
+    b = cache.get("b", lambda: allocation(2.0))  # a leaves the hot set
+    again = cache.get("a", lambda: allocation(9.0))
+    assert again == a and again is not a  # unpacked
+    assert cache.get("a", lambda: allocation(9.0)) is again  # hot again
+    assert cache.get("b", lambda: allocation(9.0)) == b
+    assert (cache.hits, cache.misses) == (4, 2)
+
+
+def test_a_value_evicted_is_not_kept_hot() -> None:
+    cache: DigestCache[int] = DigestCache(1, hot=4)
+    cache.get("a", lambda: 1)
+    cache.get("b", lambda: 2)  # evicts a, from the hot set too
+    assert cache.get("a", lambda: 10) == 10

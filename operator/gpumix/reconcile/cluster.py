@@ -773,8 +773,8 @@ def _joint_instance(
 SOLVES_KEPT = 16
 """Joint plans kept (:func:`_solve`): a pass's derating rounds and the plan later passes ask
 for again. At fleet size one plan takes megabytes (500 services: about 6 MB, and 3 MB of
-instance JSON, kept as a digest), so not more."""
-_solved: DigestCache[JointAllocation | None] = DigestCache(SOLVES_KEPT)
+instance JSON, kept as a digest), so not more, and only the last two unpacked."""
+_solved: DigestCache[JointAllocation | None] = DigestCache(SOLVES_KEPT, hot=2)
 
 
 def _solve(instance_json: str, time_limit_s: float) -> JointAllocation | None:
