@@ -8,12 +8,12 @@ its key; this keeps 32 bytes instead, and counts hits and misses for the benchma
 The values are kept pickled and zlib-compressed. As objects they were most of a fleet
 operator's memory: a plan's traffic split is a grid of floats per option, and at 200 services
 the caches held some 5,000 one-service plans, a million lists (``bench/scale.py`` reports the
-bytes kept against the same values as objects). A hit unpacks a copy, a few hundred
-microseconds against a solve or a simulation; the values are frozen models, so a copy is
-as good as the original. A pass asks for the same few values many times over (its derating
-rounds, the priced search's envelopes), so the ``hot`` most recently used are also kept as
-objects and a hit on one unpacks nothing (at 50 services, unpacking every hit made the pass
-after a plan was applied 2 s slower).
+bytes kept against the same values as objects). A hit on a packed value unpacks a copy, a
+few hundred microseconds against a solve or a simulation; the values are frozen models, so a
+copy is as good as the original. A pass asks for the same few values many times over (its
+derating rounds, the priced search's envelopes), so the ``hot`` most recently used are also
+kept as objects and a hit on one unpacks nothing (at 50 services, unpacking every hit made
+the pass after a plan was applied 2 s slower).
 """
 
 from __future__ import annotations
