@@ -42,14 +42,16 @@ class RoutingCore:
         pods: Mapping[str, Sequence[str]],
         prior_output: Sequence[float],
         max_inflight: int | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         """``pods``: the ready pods of each pool, by name; ``prior_output``: the predictor's
         estimate per input bucket before any request has finished; ``max_inflight``: requests a
-        pod may hold before its pool sheds (None: no limit, as the simulator runs)."""
+        pod may hold before its pool sheds (None: no limit, as the simulator runs); ``ledger``:
+        where tokens in flight are counted (default: as :meth:`progress` reports them)."""
         if len(prior_output) != table.shape[0]:
             raise ValueError("prior_output needs one value per input bucket")
         self.predictor = OutputPredictor(prior_output)
-        self.ledger = Ledger()
+        self.ledger = ledger if ledger is not None else Ledger()
         self.max_inflight = max_inflight
         self.table = table
         self.pods: dict[str, list[str]] = {}

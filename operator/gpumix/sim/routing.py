@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Protocol
 
 from gpumix.route import RoutingCore, RoutingTable
+from gpumix.route.ledger import Ledger
 from gpumix.sim.engine import Engine
 from gpumix.sim.request import Request
 
@@ -64,6 +66,30 @@ class LeastLoaded:
         return None
 
 
+class PodLedger(Ledger):
+    """The routing core's ledger over simulated pods. The proxy reports each request's tokens as
+    they stream; here a pod's tokens in flight are its requests' prompts (added and removed as
+    the core routes and finishes them) plus what the pod generated, less what its requests that
+    left had generated. Equal to reporting every request's count before each routing decision,
+    without the walk over every request in flight on every arrival (about a third of a
+    simulation's time at a hundred requests in flight)."""
+
+    def __init__(self, pods: Sequence[Engine]) -> None:
+        super().__init__()
+        self._pods = {pod.name: pod for pod in pods}
+        self._gone: defaultdict[str, int] = defaultdict(int)
+
+    def tokens(self, pod: str) -> int:
+        return super().tokens(pod) + self._pods[pod].generation_tokens - self._gone[pod]
+
+    def left(self, rid: str, generated: int) -> None:
+        """``rid`` leaves its pod having generated ``generated`` tokens there (before
+        :meth:`remove`)."""
+        flight = self.get(rid)
+        if flight is not None:
+            self._gone[flight.pod] += generated
+
+
 class PlanRouter:
     """The routing core over simulated pods; `pool_of[k]` is the pool of `pods[k]`."""
 
@@ -79,27 +105,23 @@ class PlanRouter:
         by_pool: dict[str, list[str]] = {}
         for pod, pool in zip(pods, pool_of, strict=True):
             by_pool.setdefault(pool, []).append(pod.name)
-        self.core = RoutingCore(table, by_pool, prior_output)
+        self.ledger = PodLedger(pods)
+        self.core = RoutingCore(table, by_pool, prior_output, ledger=self.ledger)
         self.oracle = oracle
         self._index = {pod.name: k for k, pod in enumerate(pods)}
-        self._inflight: dict[int, Request] = {}
 
     def route(self, r: Request, pods: Sequence[Engine], now: float) -> int:
-        # The proxy counts tokens as they stream; the simulator's requests carry the count.
-        for rid, inflight in self._inflight.items():
-            self.core.progress(str(rid), inflight.generated)
         decision = self.core.route(
             str(r.rid), r.prompt, predicted_output=float(r.output) if self.oracle else None
         )
         if decision is None:
             raise ValueError("the plan routes to no simulated pod")
-        self._inflight[r.rid] = r
         return self._index[decision.pod]
 
     def observe(self, r: Request) -> None:
-        self._inflight.pop(r.rid, None)
+        self.ledger.left(str(r.rid), r.generated)
         self.core.finish(str(r.rid), r.output)
 
     def dropped(self, r: Request) -> None:
-        self._inflight.pop(r.rid, None)
+        self.ledger.left(str(r.rid), r.generated)
         self.core.finish(str(r.rid), None)

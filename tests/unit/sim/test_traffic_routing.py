@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from sim_helpers import pods
+from sim_helpers import LLAMA7B, pods, poisson
 
+from gpumix.profiles.roofline import RooflineParams
 from gpumix.route import RoutingTable
 from gpumix.sim import traffic
+from gpumix.sim.cluster import PodGroup, build_pods, run
+from gpumix.sim.engine import Engine, EngineConfig
 from gpumix.sim.request import Request
 from gpumix.sim.routing import LeastLoaded, PlanRouter, RoundRobin
 
@@ -75,6 +79,48 @@ def test_plan_router_follows_the_split_of_the_estimated_bucket() -> None:
     assert router.core.ledger.requests("a10g-0") == 20
     router.dropped(Request(100, 0, 10, 80))
     assert router.core.ledger.requests("a10g-0") == 19
+
+
+def test_the_simulated_ledger_counts_what_reporting_every_request_would() -> None:
+    """PlanRouter's ledger reads generated tokens off the pods instead of being told each
+    request's count: before every routing decision each pod's tokens must still be its requests'
+    prompts plus what they generated so far, through decode runs, preemptions and drops."""
+    groups = [PodGroup(pool="a", gpu_type="a10g", replicas=2),
+              PodGroup(pool="b", gpu_type="l4", replicas=1)]  # fmt: skip
+    squeezed = {"l4": RooflineParams(gpu_memory_utilization=0.62)}  # preempts under load
+    engines = build_pods(groups, LLAMA7B, EngineConfig(), squeezed)
+    table = RoutingTable.from_plan([1, 800, 5000], [1, 200, 5000],
+                                   {"a": [[0.5, 0.5], [1.0, 1.0]], "b": [[0.5, 0.5], [0.0, 0.0]]},
+                                   {"a": 2, "b": 1})  # fmt: skip
+    where: dict[int, tuple[Request, int]] = {}
+    checked = 0
+
+    class Checked(PlanRouter):
+        def route(self, r: Request, pods_: Sequence[Engine], now: float) -> int:
+            nonlocal checked
+            for k, pod in enumerate(pods_):
+                held = sum(q.prompt + q.generated for q, at in where.values() if at == k)
+                assert self.ledger.tokens(pod.name) == held, (pod.name, now)
+                checked += 1
+            k = super().route(r, pods_, now)
+            where[r.rid] = (r, k)
+            return k
+
+        def observe(self, r: Request) -> None:
+            super().observe(r)
+            del where[r.rid]
+
+        def dropped(self, r: Request) -> None:
+            super().dropped(r)
+            del where[r.rid]
+
+    requests = poisson(12.0, 1500, seed=3, prompt=(100, 1500), output=(10, 400))
+    requests += [Request(10_000, requests[700].arrival, 4000, 900)]  # fits no pod: dropped
+    requests.sort(key=lambda r: r.arrival)
+    run(engines, Checked(table, engines, ["a", "a", "b"], prior_output=[100.0, 100.0]), requests)
+    assert checked == 3 * len(requests)
+    assert engines[2].preemptions > 0 and sum(e.dropped for e in engines) == 1
+    assert not where
 
 
 def test_round_robin_and_least_loaded() -> None:
