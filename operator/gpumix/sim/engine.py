@@ -304,9 +304,11 @@ class Engine:
             return False
         bs = self.bs
         n = min(self.cfg.max_decode_run, *(r.output - r.generated for r in running))
-        need = sum(blocks_for(r.prompt + r.generated + n, bs) - r.blocks for r in running)
+        held = sum(r.blocks for r in running)
+        # blocks_for, inlined: this runs once per decode run and request
+        grown = [-(-(r.prompt + r.generated + n) // bs) for r in running]
         free = self.kv_blocks - self.used
-        if need > free:
+        if sum(grown) - held > free:
             n = min(n, bs * (free // len(running)))
             if n == 0:
                 n = 1
@@ -317,13 +319,14 @@ class Engine:
                 )
                 if not running:
                     return self._plan_prefill()
+            grown = [-(-(r.prompt + r.generated + n) // bs) for r in running]
         context = 0
-        for r in running:
-            tokens = r.prompt + r.generated
-            context += tokens
-            nb = blocks_for(tokens + n, bs)
-            self.used += nb - r.blocks
+        used = self.used
+        for r, nb in zip(running, grown, strict=True):
+            context += r.prompt + r.generated
+            used += nb - r.blocks
             r.blocks = nb
+        self.used = used
         batch = len(running)
         self.mode, self.step_n = _DECODE, n
         self.step_time = self.roof.step_s(batch, context + batch * (n - 1) / 2)
@@ -407,7 +410,6 @@ class Engine:
             keep: list[Request] = []
             for r in self.running:
                 r.generated += n
-                self.generation_tokens += n
                 if r.generated >= r.output:
                     done.append(r)
                     continue
@@ -416,6 +418,7 @@ class Engine:
                     self.used -= r.blocks - nb
                     r.blocks = nb
                 keep.append(r)
+            self.generation_tokens += n * len(self.running)
             self.running = keep
         if mode in (_PREFILL, _MIXED):
             for r, chunk in zip(self._batch, self._chunks, strict=True):
