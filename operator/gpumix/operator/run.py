@@ -110,11 +110,20 @@ async def _main(
             KvLoop(view, KubeWriter(api, guard), after=planner.ready).run(), name="kv-migration"
         ),
     ]
+    await until_first_ends(tasks)
+
+
+async def until_first_ends(tasks: list[asyncio.Task[None]]) -> None:
+    """Run ``tasks`` until one ends, cancel the rest and raise what failed. On SIGTERM kopf
+    cancels the tasks it finds in the loop as it stops, ours among them: a cancelled task is a
+    stop, not a failure (it was raising CancelledError, a traceback at every pod shutdown)."""
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
     for task in done:
-        task.result()
+        if not task.cancelled():
+            task.result()
 
 
 async def _until_leading(args: argparse.Namespace, elector: LeaseElector) -> bool:
