@@ -30,7 +30,9 @@ from the last object created to every service planned, then ``--changes`` times 
 on one service → its Deployments carry the new replica counts (p50 / p99), the operator's peak
 RSS and CPU seconds (``/proc``), apiserver requests by verb over the run and per pass
 (``apiserver_request_total``: list/watch against get, writes only where something changed)
-and ``gpumix_cluster_writes_total``.
+and ``gpumix_cluster_writes_total``. Each window starts once the operator has settled (run a
+whole pass that wrote nothing), so it counts what its own event caused, rollout included, and
+not the tail of the one before; the restart comes after the last change has settled.
 
 ``--quick``: a smoke run of every phase, not a measurement: 10 services over 100 nodes (live:
 one change); the default sizes are 50 × 500, 200 × 2,000 and 500 × 5,000.
@@ -498,6 +500,30 @@ def _operator_metric(port: int, name: str) -> dict[str, float]:
     }
 
 
+def _settle(port: int, timeout_s: float = 600.0) -> float:
+    """Seconds until the operator has run a whole pass that wrote nothing: what it planned is
+    rolled out and the statuses have caught up. A window measured before that counts the tail
+    of the last plan's rollout (pods turning Ready, old pools removed), not what comes next."""
+    start = time.perf_counter()
+
+    def read() -> tuple[float, float]:
+        passes = _operator_metric(port, "gpumix_planner_pass_seconds_count")
+        writes = _operator_metric(port, "gpumix_cluster_writes_total")
+        return sum(passes.values()), sum(writes.values())
+
+    passes, _ = read()
+    mark: float | None = None  # the writes when a pass was last seen ending
+    while time.perf_counter() - start < timeout_s:
+        time.sleep(2)
+        now_passes, writes = read()
+        if now_passes > passes:
+            if mark is not None and writes == mark:
+                return round(time.perf_counter() - start, 1)
+            mark = writes
+        passes = now_passes
+    raise RuntimeError(f"the operator still wrote after {timeout_s:.0f} s")
+
+
 def _operator_metric_or_none(port: int, name: str) -> dict[str, float] | None:
     """:func:`_operator_metric`, ``None`` while the operator does not answer (starting)."""
     try:
@@ -632,7 +658,7 @@ def live(
             time.sleep(2)
         first_s = time.perf_counter() - start
         _, _, cpu_first = sample()
-        time.sleep(20)  # the passes that follow the first (rollout, statuses) settle
+        settle_s = _settle(port)
         settle_req = _requests(api)
         settle_writes = _operator_metric(port, "gpumix_cluster_writes_total")
         settle_passes = _operator_metric(port, "gpumix_planner_pass_seconds_count")
@@ -648,6 +674,8 @@ def live(
         latencies: list[float] = []
         change_req: list[dict[str, float]] = []
         change_writes: list[dict[str, float]] = []
+        change_others: list[dict[str, int]] = []
+        settled: list[float] = []
         for _ in range(changes):
             body = _planned(api, ns)
             candidates = [
@@ -657,6 +685,7 @@ def live(
             name = rng.choice(sorted(candidates or body))
             old_rate = body[name]["spec"]["workload"]["requestRate"]
             old = _deployed(api, ns, name)
+            others = {n: b.get("status") or {} for n, b in body.items() if n != name}
             req0, w0 = _requests(api), _operator_metric(port, "gpumix_cluster_writes_total")
             t_change = time.perf_counter()
             api.request("PATCH", f"{GROUP}/namespaces/{ns}/llmservices/{name}",
@@ -668,9 +697,11 @@ def live(
                     break
                 time.sleep(0.2)
             latencies.append(time.perf_counter() - t_change)
-            time.sleep(5)
+            settled.append(_settle(port))
             change_req.append(_delta(_requests(api), req0))
             change_writes.append(_delta(_operator_metric(port, "gpumix_cluster_writes_total"), w0))
+            after = {n: b for n, b in _planned(api, ns).items() if n != name}
+            change_others.append(_changed_fields(others, after))
         rss, rss_now, cpu = sample()
         passes = _operator_metric(port, "gpumix_planner_pass_seconds")
         stages = _operator_metric(port, "gpumix_planner_stage_seconds_sum")
@@ -712,6 +743,9 @@ def live(
             "quiet_30s_status_changes": quiet_changed,
             "per_change_requests": change_req,
             "per_change_writes": change_writes,
+            "per_change_other_status_changes": change_others,
+            "per_change_settled_s": settled,
+            "first_plan_settled_s": settle_s,
             "requests_total": total_req,
             "operator_log": str(directory / "operator.log"),
             "load_average_1m": round(os.getloadavg()[0], 2),
@@ -730,7 +764,8 @@ def live(
 def print_live(r: dict[str, Any]) -> None:
     print(f"live {r['services']} services × {r['nodes']} KWOK nodes (cluster up in "
           f"{r['cluster_start_s']} s), load {r['load_average_1m']}")  # fmt: skip
-    print(f"  every service planned {r['first_plan_all_s']} s after the operator started")
+    print(f"  every service planned {r['first_plan_all_s']} s after the operator started; its "
+          f"rollout settled {r['first_plan_settled_s']} s later")  # fmt: skip
     print(f"  rate change → Deployments changed: p50 {r['change_to_applied_p50_s']} s, p99 "
           f"{r['change_to_applied_p99_s']} s ({r['change_to_applied_s']})")  # fmt: skip
     print(f"  operator peak RSS {r['operator_peak_rss_mb']} MB (after the changes "
@@ -742,9 +777,12 @@ def print_live(r: dict[str, Any]) -> None:
     print(f"  quiet 30 s: passes {r['quiet_30s_passes']}, writes {r['quiet_30s_writes']}, "
           f"apiserver requests {r['quiet_30s_requests']}; services whose status changed, by "
           f"field: {r['quiet_30s_status_changes']}")  # fmt: skip
-    for i, (req, w) in enumerate(zip(r["per_change_requests"], r["per_change_writes"],
-                                     strict=True)):  # fmt: skip
-        print(f"  change {i}: writes {w}; apiserver requests {req}")
+    for i, (req, w, others) in enumerate(zip(r["per_change_requests"], r["per_change_writes"],
+                                             r["per_change_other_status_changes"],
+                                             strict=True)):  # fmt: skip
+        print(f"  change {i} (settled {r['per_change_settled_s'][i]} s after the Deployments "
+              f"changed): writes {w}; other services whose status changed, by field: "
+              f"{others or 'none'}; apiserver requests {req}")  # fmt: skip
 
 
 def parse_sizes(text: str) -> list[tuple[int, int]]:
