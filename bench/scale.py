@@ -720,6 +720,7 @@ def live(
         restart_first_s = time.perf_counter() - t_restart
         time.sleep(30)
         restart_writes = _operator_metric(port, "gpumix_cluster_writes_total")
+        restart_rss, _, _ = sample()
         return {
             "services": n_services,
             "nodes": n_nodes,
@@ -737,6 +738,7 @@ def live(
             "pass_stage_seconds": {k.split('"')[1]: round(v, 2) for k, v in stages.items()},
             "restart_first_pass_s": round(restart_first_s, 1),
             "restart_writes": restart_writes,
+            "restart_peak_rss_mb": round(restart_rss, 1),
             "quiet_30s_requests": quiet_req,
             "quiet_30s_writes": quiet_writes,
             "quiet_30s_passes": quiet_passes,
@@ -773,7 +775,8 @@ def print_live(r: dict[str, Any]) -> None:
           f"{r['malloc_arena_max'] or 'unset'}), CPU {r['operator_cpu_s']} s")  # fmt: skip
     print(f"  pass stages (s, summed): {r['pass_stage_seconds']}")
     print(f"  restarted: first pass {r['restart_first_pass_s']} s after the start; writes in "
-          f"its first 30 s: {r['restart_writes'] or 'none'}")  # fmt: skip
+          f"its first 30 s: {r['restart_writes'] or 'none'}; peak RSS "
+          f"{r['restart_peak_rss_mb']} MB")  # fmt: skip
     print(f"  quiet 30 s: passes {r['quiet_30s_passes']}, writes {r['quiet_30s_writes']}, "
           f"apiserver requests {r['quiet_30s_requests']}; services whose status changed, by "
           f"field: {r['quiet_30s_status_changes']}")  # fmt: skip
