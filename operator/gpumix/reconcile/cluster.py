@@ -25,6 +25,7 @@ services: 3-5 plan changes a pass, each a rollout).
 
 import logging
 import re
+import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -782,7 +783,14 @@ def _solve(instance_json: str, time_limit_s: float) -> JointAllocation | None:
 
     def solve() -> JointAllocation | None:
         instance = JointInstance.model_validate_json(instance_json)
-        return solve_joint(instance, time_limit_s=time_limit_s, gap_rel=GAP_REL)
+        start = time.perf_counter()
+        plan = solve_joint(instance, time_limit_s=time_limit_s, gap_rel=GAP_REL)
+        # Which way a fleet was planned (priced pools, the contention decomposition, a floor)
+        # decides a pass's time and memory; the message says it.
+        said = "no plan" if plan is None else f"{plan.result.status}; {plan.result.message}"
+        log.info("joint solve: %d services in %.1f s: %s", len(instance.services),
+                 time.perf_counter() - start, said)  # fmt: skip
+        return plan
 
     return _solved.get(f"{time_limit_s!r}\0{instance_json}", solve)
 

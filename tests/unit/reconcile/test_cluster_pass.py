@@ -1,5 +1,6 @@
 """The cluster-wide planner pass on realistic snapshots (no cluster needed)."""
 
+import logging
 from typing import Any
 
 import pytest
@@ -108,15 +109,23 @@ def test_second_service_that_does_not_fit_is_partially_served_and_says_why() -> 
     assert d.pool_status["l4"].planned_gpus == 2 and d.pool_status["l4"].available_gpus == 2
 
 
-def test_joint_plan_serves_both_where_one_at_a_time_would_not() -> None:
-    """Coral §2.2 on the cluster: two services contend for a scarce A100 pool."""
+def test_joint_plan_serves_both_where_one_at_a_time_would_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Coral §2.2 on the cluster: two services contend for a scarce A100 pool. The log says
+    how each joint solve planned them (which path, at fleet size, decides time and memory)."""
     only = [p for p in pools() if p["metadata"]["name"] in ("a100-80gb", "a10g")]
     scarce = snap(nodes=nodes({"a100-80gb": 1, "a10g": 4}), pools=only)
     both = [
         service("first", 5.5, "2026-01-01T00:00:00Z"),
         service("second", 5.5, "2026-01-02T00:00:00Z"),
     ]
-    d = plan_cluster(scarce.model_copy(update={"services": both}))
+    cluster._solved.clear()
+    with caplog.at_level(logging.INFO, logger="gpumix.planner"):
+        d = plan_cluster(scarce.model_copy(update={"services": both}))
+    solves = [r.getMessage() for r in caplog.records if r.getMessage().startswith("joint solve")]
+    assert solves and all(m.startswith("joint solve: 2 services in ") for m in solves), solves
+    assert all(": optimal; " in m or ": feasible; " in m for m in solves), solves
     for key in (("default", "first"), ("default", "second")):
         sd = d.services[key]
         assert sd.status.unserved_fraction is None, cond(sd.status, "Ready")
