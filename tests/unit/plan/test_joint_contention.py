@@ -31,6 +31,33 @@ def test_only_the_services_that_contend_are_solved_jointly_at_the_full_optimum(
     assert plan.result.status == "optimal" and plan.result.gap == pytest.approx(0, abs=1e-6)
 
 
+def test_past_contenders_max_the_decomposition_is_not_tried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # At 94-189 contenders the decomposition stopped at its limit far off the bound and took
+    # 330-420 MB (#19): past the cap the fleet keeps the floor instead.
+    inst = fleet(js.DECOMPOSE_FROM + 2, 1)
+    evens = (len(inst.services) + 1) // 2
+    monkeypatch.setattr(js, "_priced", lambda *_: None)
+    tried: list[int] = []
+    inner = js._full_service
+
+    def counted(part: js.JointInstance, *args: object, **kwargs: object) -> object:
+        tried.append(len(part.services))
+        return inner(part, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(js, "_full_service", counted)
+    monkeypatch.setattr(js, "CONTENDERS_MAX", evens - 1)
+    plan = solve_joint(inst, gap_rel=0.0)
+    assert plan is not None and validate_joint(inst, plan) == []
+    assert not plan.result.message.startswith("decomposed: ")
+    assert evens not in tried
+    assert plan.cost_per_hour + plan.churn_cost >= full(inst, monkeypatch) - 1e-6
+    monkeypatch.setattr(js, "CONTENDERS_MAX", evens)
+    assert js._by_service(inst, js._own_plans(inst, "highs", 30, 0.0) or [], "highs", 30,
+                          0.0) is not None  # fmt: skip
+
+
 def test_a_pool_the_contended_services_spill_into_pulls_its_users_in(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -38,6 +38,12 @@ DECOMPOSE_FROM = 16
 """Services from which the joint min-cost plan starts from each service's own plan (cached) and,
 when those overflow a pool, prices it (:func:`_priced`) and decomposes by contention
 (:func:`_by_service`) before the full joint solve."""
+CONTENDERS_MAX = 64
+"""Most services the contention decomposition (:func:`_by_service`) solves jointly. On the
+fleet of ``bench/scale.py`` (2-core VM, 30 s limit) it solved 49 contending services in 9 s
+(+63 MB), stopped at its limit 46 % off the bound with 94 (+330 MB) and 99 % off with 189
+(+420 MB, the operator's 594 MB peak at 200 services, #19), where the priced plan was within
+0.3 %: past a few dozen it only costs memory."""
 OWN_PLANS_KEPT = 8192
 """Single-service plans kept (:func:`_own_plan`, about 16 KB each): a service of a large fleet
 keeps its own plan, its priced and capped plans (about five) and its plan in turn."""
@@ -292,12 +298,13 @@ def _by_service(
 ) -> JointAllocation | None:  # fmt: skip
     """The joint plan, decomposed by contention (:mod:`gpumix.plan.joint.contention`): only
     the services whose own plans compete for an overflowing pool are solved jointly, the
-    others keep their own optimum; ``None`` when every service contends (the full joint
-    solve is then the only one) or the contended solve finds no plan in time."""
+    others keep their own optimum; ``None`` when every service or more than
+    ``CONTENDERS_MAX`` contend (the priced plan or the floor then stands) or the contended
+    solve finds no plan in time."""
     start = time.perf_counter()
     over = sorted(contention.overflowing(instance, _allocs(parts)))
     members = contention.contended(instance, _allocs(parts), set())
-    while members and len(members) < len(instance.services):
+    while members and len(members) < min(len(instance.services), CONTENDERS_MAX + 1):
         left = limit - (time.perf_counter() - start)
         if left <= 0:
             return None
@@ -520,7 +527,7 @@ def _fleet(
     """A fleet's plan when the services' own plans overflow a pool: the priced choice
     (:func:`_priced`); when it is not within ``gap`` of its bound, also the contention
     decomposition in the time left; the cheaper, never dearer than the services planned in
-    turn. ``None`` when neither finds a plan (the full joint solve is next)."""
+    turn. ``None`` when neither finds a plan (the floor is next)."""
     start = time.perf_counter()
     priced = _priced(instance, parts, solver, limit, gap)
     if priced is not None and priced.result.status == "optimal":
