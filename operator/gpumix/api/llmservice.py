@@ -550,6 +550,11 @@ class DeratingStatus(ApiModel):
     rounds: int = Field(
         default=0, ge=0, description="Derating rounds that led to these factors at that generation."
     )
+    basis: str | None = Field(
+        default=None,
+        description="Digest of the spec the search ran for, less workload.requestRate: a new "
+        "generation that changed only the rate searches again from these factors.",
+    )
 
     def factors(self) -> dict[str, float]:
         """Option → factor (absent: 1)."""
@@ -592,7 +597,8 @@ class LLMServiceStatus(ApiModel):
     derating: DeratingStatus | None = Field(
         default=None,
         description="MaxTput derating the planner applies to bring predictedAttainment up to "
-        "slo.attainmentTarget (unset: none); reset when the spec's generation changes.",
+        "slo.attainmentTarget (unset: none); a new spec generation searches again, from these "
+        "factors when it changed only workload.requestRate.",
     )
     kv_scheduler: KvSchedulerStatus | None = None
     applied_digest: str | None = Field(

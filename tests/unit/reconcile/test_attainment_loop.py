@@ -99,6 +99,7 @@ def test_a_new_spec_generation_starts_over() -> None:
     assert first.status.derating is not None
     changed = with_status(body, first)
     changed["metadata"] = {**changed["metadata"], "generation": 2}
+    changed["spec"] = {**changed["spec"], "weight": 2}  # more than the rate changed
     plain = chat(changed, rounds=0)
     assert plain.target == {"a10g": 3} and plain.status.derating is None
     assert cond(plain.status, "SLOAtRisk")[:2] == ("True", "BelowTarget")
@@ -107,6 +108,35 @@ def test_a_new_spec_generation_starts_over() -> None:
     assert redone.status.derating is not None
     assert redone.status.derating.observed_generation == 2
     assert redone.status.derating.rounds == 1  # counted afresh, not 2
+
+
+def test_a_generation_that_changed_only_the_rate_searches_from_the_factors_kept(
+    solves: list[str],
+) -> None:
+    """The sample, 5.5 → 6 req/s: the factors found at 5.5 req/s already bring its plan to
+    target, so the new generation's search ends in its first solve; searched from 1 (a status
+    without a basis, as an older operator wrote it) it takes a round more to the same plan."""
+    body = service("chat", 5.5, "t0")
+    first = chat(body)
+    assert first.status.derating is not None and first.status.derating.basis
+    changed = with_status(body, first)
+    changed["metadata"] = {**changed["metadata"], "generation": 2}
+    workload = {**changed["spec"]["workload"], "requestRate": 6}
+    changed["spec"] = {**changed["spec"], "workload": workload}
+    solves.clear()
+    warm = chat(changed)
+    assert len(solves) == 1
+    derating = warm.status.derating
+    assert derating is not None and derating.observed_generation == 2 and derating.rounds == 0
+    assert derating.factors() == first.status.derating.factors()
+    assert derating.basis == first.status.derating.basis
+    assert cond(warm.status, "SLOAtRisk")[:2] == ("False", "OnTarget")
+
+    del changed["status"]["derating"]["basis"]
+    solves.clear()
+    cold = chat(changed)
+    assert len(solves) == 2 and cold.target == warm.target
+    assert cold.status.derating is not None and cold.status.derating.rounds == 1
 
 
 def test_an_unreachable_target_gets_the_highest_attainment_capacity_allows() -> None:
