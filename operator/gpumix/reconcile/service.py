@@ -230,9 +230,11 @@ def predict_served(
 
 
 def _derating_note(derating: DeratingStatus | None) -> str:
-    if derating is None or not derating.rounds:
+    if derating is None or not derating.options:
         return ""
     factors = ", ".join(f"{o.option} ×{o.factor:.3g}" for o in derating.options)
+    if not derating.rounds:  # the factors a rate change carried over, as they were
+        return f" (MaxTput derated: {factors})"
     rounds = "1 round" if derating.rounds == 1 else f"{derating.rounds} rounds"
     return f" (MaxTput derated in {rounds}: {factors})"
 

@@ -130,7 +130,9 @@ def test_a_generation_that_changed_only_the_rate_searches_from_the_factors_kept(
     assert derating is not None and derating.observed_generation == 2 and derating.rounds == 0
     assert derating.factors() == first.status.derating.factors()
     assert derating.basis == first.status.derating.basis
-    assert cond(warm.status, "SLOAtRisk")[:2] == ("False", "OnTarget")
+    state, reason, message = cond(warm.status, "SLOAtRisk")
+    assert (state, reason) == ("False", "OnTarget")
+    assert message.endswith("(MaxTput derated: a100-80gb ×0.75, a10g ×0.75)")
 
     del changed["status"]["derating"]["basis"]
     solves.clear()
