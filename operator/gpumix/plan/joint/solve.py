@@ -42,8 +42,8 @@ CONTENDERS_MAX = 64
 """Most services the contention decomposition (:func:`_by_service`) solves jointly. On the
 fleet of ``bench/scale.py`` (2-core VM, 30 s limit) it solved 49 contending services in 9 s
 (+63 MB), stopped at its limit 46 % off the bound with 94 (+330 MB) and 99 % off with 189
-(+420 MB, the operator's 594 MB peak at 200 services, #19), where the priced plan was within
-0.3 %: past a few dozen it only costs memory."""
+(+420 MB, the size of the live operator's jump to 594 MB at 200 services, #19), where the
+priced plan was within 0.3 %: past a few dozen it only costs memory."""
 OWN_PLANS_KEPT = 8192
 """Single-service plans kept (:func:`_own_plan`, about 16 KB each): a service of a large fleet
 keeps its own plan, its priced and capped plans (about five) and its plan in turn."""
