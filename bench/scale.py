@@ -626,7 +626,9 @@ def live(
             body["metadata"] = {"name": body["metadata"]["name"], "namespace": ns}
         _post_all(api, f"{GROUP}/namespaces/{ns}/llmservices", services)
         port = _free_port()
-        log = (directory / "operator.log").open("w")
+        # Outside the cluster's directory, which stopping it removes: the log outlives the run.
+        log_fd, log_path = tempfile.mkstemp(prefix="gpumix-scale-operator-", suffix=".log")
+        log = os.fdopen(log_fd, "w")
         before = _requests(api)
         start = time.perf_counter()
         command = [
@@ -654,7 +656,7 @@ def live(
 
         while not all_planned():
             if operator.poll() is not None:
-                raise RuntimeError(f"operator exited {operator.returncode}; see {log.name}")
+                raise RuntimeError(f"operator exited {operator.returncode}; see {log_path}")
             time.sleep(2)
         first_s = time.perf_counter() - start
         _, _, cpu_first = sample()
@@ -710,12 +712,14 @@ def live(
         # A restart (a new leader's start alike): its passes must find everything as planned.
         operator.terminate()
         operator.wait(timeout=60)
+        log.write("--- bench: the operator restarts ---\n")
+        log.flush()
         t_restart = time.perf_counter()
         operator = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         count = "gpumix_planner_pass_seconds_count"
         while ((_operator_metric_or_none(port, count) or {}).get(count) or 0) < 1:
             if operator.poll() is not None:
-                raise RuntimeError(f"operator exited {operator.returncode}; see {log.name}")
+                raise RuntimeError(f"operator exited {operator.returncode}; see {log_path}")
             time.sleep(1)
         restart_first_s = time.perf_counter() - t_restart
         time.sleep(30)
@@ -749,7 +753,7 @@ def live(
             "per_change_settled_s": settled,
             "first_plan_settled_s": settle_s,
             "requests_total": total_req,
-            "operator_log": str(directory / "operator.log"),
+            "operator_log": log_path,
             "load_average_1m": round(os.getloadavg()[0], 2),
         }
     finally:
@@ -774,9 +778,10 @@ def print_live(r: dict[str, Any]) -> None:
           f"{r['operator_rss_after_changes_mb']} MB; MALLOC_ARENA_MAX "
           f"{r['malloc_arena_max'] or 'unset'}), CPU {r['operator_cpu_s']} s")  # fmt: skip
     print(f"  pass stages (s, summed): {r['pass_stage_seconds']}")
-    print(f"  restarted: first pass {r['restart_first_pass_s']} s after the start; writes in "
-          f"its first 30 s: {r['restart_writes'] or 'none'}; peak RSS "
+    print(f"  restarted: first pass {r['restart_first_pass_s']} s after the start; writes "
+          f"until 30 s after it: {r['restart_writes'] or 'none'}; peak RSS "
           f"{r['restart_peak_rss_mb']} MB")  # fmt: skip
+    print(f"  operator log (both operators): {r['operator_log']}")
     print(f"  quiet 30 s: passes {r['quiet_30s_passes']}, writes {r['quiet_30s_writes']}, "
           f"apiserver requests {r['quiet_30s_requests']}; services whose status changed, by "
           f"field: {r['quiet_30s_status_changes']}")  # fmt: skip
