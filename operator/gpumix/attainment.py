@@ -155,7 +155,7 @@ def predict(
             both += 1
             met[pool] += 1
     n = len(run.requests)
-    stats = run.report.pools
+    stats = run.pools
     return PredictedAttainment(
         tpot=tpot_ok / n,
         ttft=None if ttft_s is None else ttft_ok / n,

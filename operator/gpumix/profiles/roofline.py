@@ -69,6 +69,15 @@ class Roofline:
         self.p = params or params_for(gpu.name)
         self._bw = gpu.bandwidth_gbps * 1e9 * gpus * self.p.bandwidth_efficiency  # bytes/s
         self._flops = gpu.fp16_tflops * 1e12 * gpus * self.p.compute_efficiency
+        # The model's constants, read once: the simulator asks for millions of step times, and
+        # each property of the shape recomputes (same operations, so the same floats).
+        self._overhead_s = self.p.step_overhead_ms / 1e3
+        self._weights = None if model.experts else model.weight_read_bytes(0)
+        """Weight bytes a step reads; ``None``: a mixture of experts, where it depends on the
+        step's tokens."""
+        self._kv_token = model.kv_bytes_per_token
+        self._kv_window = model.kv_window_bytes
+        self._flop_token = 2 * model.flop_params_b * 1e9
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -79,17 +88,18 @@ class Roofline:
         return int(free // self.model.kv_bytes_per_token)
 
     def decode_step_s(self, batch: int, mean_context: float) -> float:
-        m = self.model
-        read = m.weight_read_bytes(batch) + batch * mean_context * m.kv_bytes_per_token
-        read += batch * m.kv_window_bytes
-        compute = 2 * m.flop_params_b * 1e9 * batch
-        return self.p.step_overhead_ms / 1e3 + max(read / self._bw, compute / self._flops)
+        read = self._weight_read(batch) + batch * mean_context * self._kv_token
+        read += batch * self._kv_window
+        compute = self._flop_token * batch
+        return self._overhead_s + max(read / self._bw, compute / self._flops)
+
+    def _weight_read(self, tokens: float) -> float:
+        return self.model.weight_read_bytes(tokens) if self._weights is None else self._weights
 
     def prefill_s(self, tokens: float) -> float:
-        m = self.model
-        compute = 2 * m.flop_params_b * 1e9 * tokens + m.attention_flops(tokens**2, tokens)
-        read = m.weight_read_bytes(tokens)
-        return self.p.step_overhead_ms / 1e3 + max(compute / self._flops, read / self._bw)
+        compute = self._flop_token * tokens + self.model.attention_flops(tokens**2, tokens)
+        read = self._weight_read(tokens)
+        return self._overhead_s + max(compute / self._flops, read / self._bw)
 
     def step_s(
         self,
@@ -105,14 +115,13 @@ class Roofline:
         (a whole prompt of n tokens contributes n²). With only decodes this is `decode_step_s`,
         with one whole prompt it is `prefill_s`.
         """
-        m = self.model
         tokens = decode_batch + prefill_tokens
-        read = m.weight_read_bytes(tokens) + decode_context * m.kv_bytes_per_token
-        read += decode_batch * m.kv_window_bytes
-        compute = 2 * m.flop_params_b * 1e9 * tokens + m.attention_flops(
-            prefill_attention, prefill_tokens
-        )
-        return self.p.step_overhead_ms / 1e3 + max(read / self._bw, compute / self._flops)
+        read = self._weight_read(tokens) + decode_context * self._kv_token
+        read += decode_batch * self._kv_window
+        compute = self._flop_token * tokens
+        if prefill_tokens:
+            compute += self.model.attention_flops(prefill_attention, prefill_tokens)
+        return self._overhead_s + max(read / self._bw, compute / self._flops)
 
     def alone_s(self, input_tokens: int, output_tokens: int) -> tuple[float, float]:
         """(TTFT, TPOT) of one request on an idle replica: its prefill gives the first token,

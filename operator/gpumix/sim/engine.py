@@ -111,6 +111,8 @@ class Engine:
         self.step_n = 0
         self.step_end = 0.0
         self.version = 0
+        self._cut = False
+        """Whether `cut` shortened the decode run in flight (its blocks were reserved longer)."""
         self._batch: list[Request] = []
         self._chunks: list[int] = []
         # statistics
@@ -191,6 +193,7 @@ class Engine:
         if k >= self.step_n:
             return False
         self.step_n = k
+        self._cut = True
         self.step_end = self.step_start + k * self.step_time
         self.version += 1
         return True
@@ -303,9 +306,10 @@ class Engine:
         if not running:
             return False
         bs = self.bs
-        n = min(self.cfg.max_decode_run, *(r.output - r.generated for r in running))
-        held = sum(r.blocks for r in running)
-        # blocks_for, inlined: this runs once per decode run and request
+        # Lists, not generators, and blocks_for inlined: this runs once per decode run and
+        # request, the simulator's innermost loop.
+        n = min(self.cfg.max_decode_run, *[r.output - r.generated for r in running])
+        held = sum([r.blocks for r in running])
         grown = [-(-(r.prompt + r.generated + n) // bs) for r in running]
         free = self.kv_blocks - self.used
         if sum(grown) - held > free:
@@ -320,13 +324,10 @@ class Engine:
                 if not running:
                     return self._plan_prefill()
             grown = [-(-(r.prompt + r.generated + n) // bs) for r in running]
-        context = 0
-        used = self.used
+        context = sum([r.prompt + r.generated for r in running])
+        self.used += sum(grown) - sum([r.blocks for r in running])
         for r, nb in zip(running, grown, strict=True):
-            context += r.prompt + r.generated
-            used += nb - r.blocks
             r.blocks = nb
-        self.used = used
         batch = len(running)
         self.mode, self.step_n = _DECODE, n
         self.step_time = self.roof.step_s(batch, context + batch * (n - 1) / 2)
@@ -406,18 +407,19 @@ class Engine:
         if mode in (_PREFILL, _MIXED):
             self.prefill_time += dt
         if mode in (_DECODE, _MIXED):
-            n, bs = self.step_n, self.bs
+            n = self.step_n
             keep: list[Request] = []
             for r in self.running:
                 r.generated += n
-                if r.generated >= r.output:
-                    done.append(r)
-                    continue
-                nb = blocks_for(r.prompt + r.generated, bs)
-                if nb < r.blocks:  # a cut run reserved more than it used
-                    self.used -= r.blocks - nb
-                    r.blocks = nb
-                keep.append(r)
+                (done if r.generated >= r.output else keep).append(r)
+            if self._cut:  # the run reserved blocks for steps it no longer takes
+                self._cut = False
+                bs = self.bs
+                for r in keep:
+                    nb = -(-(r.prompt + r.generated) // bs)
+                    if nb < r.blocks:
+                        self.used -= r.blocks - nb
+                        r.blocks = nb
             self.generation_tokens += n * len(self.running)
             self.running = keep
         if mode in (_PREFILL, _MIXED):
