@@ -27,6 +27,7 @@ rate starts its search from the factors kept (:func:`_carried`).
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -61,6 +62,7 @@ from gpumix.plan.joint import (
     PoolLimit,
     Priority,
     ReplicaOption,
+    ServiceAllocation,
     ServiceDemand,
     solve_joint,
 )
@@ -542,23 +544,27 @@ def _plan_to_targets(
     profiles: list[GPUProfile],
 ) -> _Targeted:
     """Solve the joint ILP from each service's kept derating, then close the loop
-    :func:`gpumix.attainment.plan_to_target` closes offline, in at most ``DERATING_ROUNDS``
-    more solves: while services are predicted below their target with misses capacity could
-    recover, derate them (:func:`_derate`) and solve again. plan_to_target's refinement (giving
-    back derating a step overdid) is left out: on the sample at 1.5-12 req/s it lowered no
-    plan's cost, and each of its solves would repeat on every pass. Each service keeps the
-    factors of its best round (:func:`_best_round`) and the plan applied is the joint solve
-    with those: with one service, that round's plan (cached); with several whose best rounds
-    differ, one more solve. A first solve that fails raises, as before the loop; a later round
-    that fails, leaves any service with more traffic unserved than the first, or raises
-    anything else ends the loop with the rounds so far: derating may only improve on the first
-    plan."""
+    :func:`gpumix.attainment.plan_to_target` closes offline for the services whose search has
+    not ended (their spec generation is new): jointly (:func:`_search_jointly`) when every
+    service searches, as in the first pass, else each alone in the capacity the others leave
+    (:func:`_search_alone`), as after a change. plan_to_target's refinement (giving back
+    derating a step overdid) is left out: on the sample at 1.5-12 req/s it lowered no plan's
+    cost, and each of its solves would repeat on every pass. A first solve that fails raises,
+    as before the loop; a later round that fails, leaves any service with more traffic
+    unserved than the first, or raises anything else ends the search with the rounds so far:
+    derating may only improve on the first plan."""
     start = {c.key: _kept_derating(c) for c in candidates}
-    searching = {c.key for c in candidates if start[c.key] is None}
+    searching = [c for c in candidates if start[c.key] is None]
     _, rates = _joint_instance(candidates, available, snap.budget_per_hour, {})
 
-    def solved(factors: dict[ObjectKey, dict[str, float]], steps: dict[ObjectKey, int]) -> _Round:
-        instance, _ = _joint_instance(candidates, available, snap.budget_per_hour, factors)
+    def solved(
+        among: list["_Candidate"],
+        capacity: dict[str, int],
+        budget: float | None,
+        factors: dict[ObjectKey, dict[str, float]],
+        steps: dict[ObjectKey, int],
+    ) -> _Round:
+        instance, _ = _joint_instance(among, capacity, budget, factors)
         plan = _solve(instance.model_dump_json(), snap.time_limit_s)
         assert plan is not None  # partial service is on: never infeasible
         predicted = {
@@ -568,45 +574,27 @@ def _plan_to_targets(
                                   running=c.running, conflicts=c.conflicts, solve=plan.result),
                 c.shape,
             )
-            for c in candidates
+            for c in among
         }  # fmt: skip
         return _Round(factors=factors, steps=steps, plan=plan, predicted=predicted)
 
     kept = {c.key: start[c.key] or (_carried(c), 0) for c in candidates}
-    rounds = [solved({k: f for k, (f, _) in kept.items()}, {k: n for k, (_, n) in kept.items()})]
-    failed = False
-    for _ in range(DERATING_ROUNDS if searching else 0):
-        step = _derate([c for c in candidates if c.key in searching], rounds[-1])
-        if step is None:
-            break
-        try:
-            trial = solved(*step)
-        except Exception:  # the plans so far stand; the search is tried again next pass
-            log.warning("derating round %d failed; keeping the plans so far", len(rounds),
-                        exc_info=True)  # fmt: skip
-            failed = True
-            break
-        if not _serves_as_much(trial, rounds[0]):
-            break  # capacity ran out: derating further only leaves traffic unserved
-        rounds.append(trial)
-    best = {c.key: rounds[_best_round(c, rounds)] for c in candidates}
-    factors = {k: r.factors[k] for k, r in best.items()}
-    final = next((r for r in rounds if r.factors == factors), None)
-    if final is None:  # services' best rounds differ: solve their combination once
-        try:
-            final = solved(factors, {k: r.steps[k] for k, r in best.items()})
-        except Exception:
-            log.warning("combining derating rounds failed", exc_info=True)
-        if final is None or not _serves_as_much(final, rounds[0]):
-            final = max(rounds, key=lambda r: _reached_count(candidates, r))
-    if len(rounds) > 1:
-        log.info("attainment loop: %d derating rounds; derating kept: %s", len(rounds) - 1,
+    first = solved(
+        candidates, available, snap.budget_per_hour,
+        {k: f for k, (f, _) in kept.items()}, {k: n for k, (_, n) in kept.items()},
+    )  # fmt: skip
+    search = _search_jointly if len(searching) == len(candidates) else _search_alone
+    final, failed = (first, False) if not DERATING_ROUNDS else search(
+        candidates, searching, first, solved, available=available, budget=snap.budget_per_hour
+    )  # fmt: skip
+    if final.factors != first.factors:
+        log.info("attainment loop: derating kept: %s",
                  {_demand_name(k): f for k, f in final.factors.items() if f})  # fmt: skip
     # A search ends here when it ran (rounds allowed, none failed) on a prediction. Otherwise
     # status keeps only factors a round found, and with none the next pass searches again.
     ran = DERATING_ROUNDS > 0 and not failed
     ended = {
-        k for k in searching if ran and isinstance(rounds[0].predicted[k], PredictedAttainment)
+        c.key for c in searching if ran and isinstance(first.predicted[c.key], PredictedAttainment)
     }
     return _Targeted(
         plan=final.plan,
@@ -617,6 +605,131 @@ def _plan_to_targets(
             for c in candidates
         },
     )
+
+
+Solve = Callable[
+    [list["_Candidate"], dict[str, int], float | None, dict[ObjectKey, dict[str, float]],
+     dict[ObjectKey, int]],
+    "_Round",
+]  # fmt: skip
+"""A joint solve of these candidates in this capacity and budget, with these factors (and
+derating rounds) per service, and its predictions."""
+
+
+def _search_jointly(
+    candidates: list["_Candidate"],
+    searching: list["_Candidate"],
+    first: _Round,
+    solved: Solve,
+    *,
+    available: dict[str, int],
+    budget: float | None,
+) -> tuple[_Round, bool]:
+    """At most ``DERATING_ROUNDS`` joint solves after ``first``: while services are predicted
+    below their target with misses capacity could recover, derate them (:func:`_derate`) and
+    solve the fleet again. Each service keeps the factors of its best round
+    (:func:`_best_round`) and the plan applied is the joint solve with those: that round's plan
+    (cached) when all agree, else one more solve. One solve serves every service's round, which
+    is what a first pass, where all of them search, needs. Returns the round to apply and
+    whether a round failed."""
+    rounds, failed = [first], False
+    for _ in range(DERATING_ROUNDS):
+        step = _derate(searching, rounds[-1])
+        if step is None:
+            break
+        try:
+            trial = solved(candidates, available, budget, *step)
+        except Exception:  # the plans so far stand; the search is tried again next pass
+            log.warning("derating round %d failed; keeping the plans so far", len(rounds),
+                        exc_info=True)  # fmt: skip
+            failed = True
+            break
+        if not _serves_as_much(trial, first):
+            break  # capacity ran out: derating further only leaves traffic unserved
+        rounds.append(trial)
+    if len(rounds) > 1:
+        log.info("attainment loop: %d joint derating rounds", len(rounds) - 1)
+    best = {c.key: rounds[_best_round(c, rounds)] for c in candidates}
+    factors = {k: r.factors[k] for k, r in best.items()}
+    final = next((r for r in rounds if r.factors == factors), None)
+    if final is None:  # services' best rounds differ: solve their combination once
+        try:
+            final = solved(candidates, available, budget, factors,
+                           {k: r.steps[k] for k, r in best.items()})  # fmt: skip
+        except Exception:
+            log.warning("combining derating rounds failed", exc_info=True)
+        if final is None or not _serves_as_much(final, first):
+            final = max(rounds, key=lambda r: _reached_count(candidates, r))
+    return final, failed
+
+
+def _search_alone(
+    candidates: list["_Candidate"],
+    searching: list["_Candidate"],
+    first: _Round,
+    solved: Solve,
+    *,
+    available: dict[str, int],
+    budget: float | None,
+) -> tuple[_Round, bool]:
+    """The search of the services whose generation is new while the others keep theirs (a
+    change): each, in turn, derated in at most ``DERATING_ROUNDS`` solves of itself alone, in
+    the capacity and budget the others' plans leave it (``first``'s, and the plans the services
+    searched before it found), then one joint solve of the fleet with the factors found. At
+    200 services a joint solve took about 1 s and a change 4-6 rounds of it; one service's
+    solve takes milliseconds, and the simulations are the same either way. The joint solve may
+    place the service otherwise than alone (it may move another service to make room, at a
+    lower cost): its plan is predicted, and applied when it serves as much as ``first``."""
+    plans = {c.key: first.plan.services[_demand_name(c.key)] for c in candidates}
+    factors, steps = dict(first.factors), dict(first.steps)
+    failed = False
+    for c in searching:
+        others = [o for o in candidates if o.key != c.key]
+        capacity = _withheld(available, [_option_gpus(o, plans[o.key]) for o in others])
+        left = None if budget is None else max(
+            0.0, budget - sum(plans[o.key].cost_per_hour for o in others)
+        )  # fmt: skip
+        rounds = [_Round(
+            factors={c.key: factors[c.key]}, steps={c.key: steps[c.key]},
+            plan=first.plan, predicted={c.key: first.predicted[c.key]},
+        )]  # fmt: skip
+        for _ in range(DERATING_ROUNDS):
+            step = _derate([c], rounds[-1])
+            if step is None:
+                break
+            try:
+                trial = solved([c], capacity, left, *step)
+            except Exception:  # the plans so far stand; the search is tried again next pass
+                log.warning("derating round %d of %s failed; keeping the plans so far",
+                            len(rounds), _demand_name(c.key), exc_info=True)  # fmt: skip
+                failed = True
+                break
+            if not _serves_as_much(trial, first):
+                break  # capacity ran out: derating further only leaves traffic unserved
+            rounds.append(trial)
+        best = rounds[_best_round(c, rounds)]
+        factors[c.key], steps[c.key] = best.factors[c.key], best.steps[c.key]
+        plans[c.key] = best.plan.services[_demand_name(c.key)]
+        if len(rounds) > 1:
+            log.info("attainment loop: %s derated alone in %d rounds", _demand_name(c.key),
+                     len(rounds) - 1)  # fmt: skip
+    if factors == first.factors:
+        return first, failed
+    try:
+        final = solved(candidates, available, budget, factors, steps)
+    except Exception:
+        log.warning("solving the fleet with the derating found failed", exc_info=True)
+        return first, True
+    return (final, failed) if _serves_as_much(final, first) else (first, failed)
+
+
+def _option_gpus(c: "_Candidate", allocation: ServiceAllocation) -> dict[str, int]:
+    """GPUs per option ``allocation`` places (`ServiceDecision.held_gpus`' form)."""
+    return {
+        o: n * c.problem.choices[o].gpus_per_replica
+        for o, n in allocation.counts.items()
+        if n and o in c.problem.choices
+    }
 
 
 def _target(c: "_Candidate") -> float:

@@ -11,7 +11,7 @@ import pytest
 from gpumix.attainment import PoolAttainment, PredictedAttainment, derate_step
 from gpumix.digestcache import DigestCache
 from gpumix.plan import SolverError
-from gpumix.plan.joint import JointAllocation
+from gpumix.plan.joint import JointAllocation, JointInstance
 from gpumix.reconcile import cluster
 from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
 from gpumix.reconcile.service import Running, ServiceDecision
@@ -302,3 +302,69 @@ def test_joint_plans_are_kept_by_digest_and_the_least_recently_used_goes_first(
     cluster._solve(instances[0], 6.0)  # another time limit: another plan
     assert solved == ["s0", "s1", "s2", "s3", "s1", "s0"]
     assert len(cluster._solved) == 3
+
+
+def changed_weight(body: dict[str, Any], previous: ClusterDecision) -> dict[str, Any]:
+    """``body`` with the status ``previous`` gave it, in a new generation that changed more
+    than the rate (its search starts over)."""
+    changed = with_status(body, previous.services[("default", body["metadata"]["name"])])
+    changed["metadata"] = {**changed["metadata"], "generation": 2}
+    changed["spec"] = {**changed["spec"], "weight": 2}
+    return changed
+
+
+def running_of(d: ClusterDecision) -> dict[tuple[str, str], Running]:
+    return {
+        k: Running(replicas=t, ready=t) for k, sd in d.services.items()
+        if (t := {o: n for o, n in (sd.target or {}).items() if n})
+    }  # fmt: skip
+
+
+def test_a_changed_service_is_searched_alone_and_the_fleet_solved_twice(
+    monkeypatch: pytest.MonkeyPatch, solves: list[str]
+) -> None:
+    """After a change, only the changed service searches: its rounds solve it alone in the
+    capacity the others leave, then the fleet is solved once with the factors found. The plan
+    is the one the joint rounds reach, each of which solves the fleet."""
+    bodies = [service("chat", 5.5, "t0"), service("small", 2, "t1", pools=["a10g", "l4"])]
+    first = planned(*bodies)
+    again = [with_status(bodies[0], first.services[KEY]), changed_weight(bodies[1], first)]
+    solves.clear()
+    alone = planned(*again, running=running_of(first))
+    sizes = [len(JointInstance.model_validate_json(j).services) for j in solves]
+    derating = alone.services[("default", "small")].status.derating
+    assert derating is not None and derating.observed_generation == 2 and derating.rounds >= 1
+    assert sizes == [2] + [1] * derating.rounds + [2]
+    monkeypatch.setattr(cluster, "_search_alone", cluster._search_jointly)
+    solves.clear()
+    jointly = planned(*again, running=running_of(first))
+    assert len(solves) == 1 + derating.rounds  # each round a solve of both services
+    for key, sd in jointly.services.items():
+        assert alone.services[key].target == sd.target, key
+        assert alone.services[key].status.cost_per_hour == sd.status.cost_per_hour, key
+        assert alone.services[key].status.derating == sd.status.derating, key
+
+
+def test_a_service_searched_alone_never_takes_another_services_capacity(
+    solves: list[str],
+) -> None:
+    """test_derating_never_takes_another_services_capacity after a change: the Batch service
+    keeps its A10G, so chat, searched alone in the three the Batch service leaves, cannot be
+    derated onto a fourth: its one round leaves traffic unserved, and the fleet is not solved
+    again."""
+    other = ("default", "other")
+    bodies = [
+        service("chat", 2, "t0", **A10G_ONLY),
+        service("other", 0.5, "t1", priority="Batch", **A10G_ONLY),
+    ]
+    first = planned(*bodies)
+    again = [changed_weight(bodies[0], first), with_status(bodies[1], first.services[other])]
+    solves.clear()
+    d = planned(*again, running=running_of(first))
+    assert [len(JointInstance.model_validate_json(j).services) for j in solves] == [2, 1]
+    assert (d.services[KEY].target, d.services[other].target) == ({"a10g": 3}, {"a10g": 1})
+    assert d.services[other].status.unserved_fraction is None
+    derating = d.services[KEY].status.derating
+    assert derating is not None and derating.observed_generation == 2
+    assert derating.rounds == 0 and not derating.options
+    assert cond(d.services[KEY].status, "SLOAtRisk")[:2] == ("True", "BelowTarget")
