@@ -561,10 +561,11 @@ def _plan_to_targets(
         among: list["_Candidate"],
         capacity: dict[str, int],
         budget: float | None,
-        factors: dict[ObjectKey, dict[str, float]],
-        steps: dict[ObjectKey, int],
+        step: "Step",
+        pinned: dict[ObjectKey, dict[str, int]] | None = None,
     ) -> _Round:
-        instance, _ = _joint_instance(among, capacity, budget, factors)
+        factors, steps = step
+        instance, _ = _joint_instance(among, capacity, budget, factors, pinned)
         plan = _solve(instance.model_dump_json(), snap.time_limit_s)
         assert plan is not None  # partial service is on: never infeasible
         predicted = {
@@ -579,10 +580,8 @@ def _plan_to_targets(
         return _Round(factors=factors, steps=steps, plan=plan, predicted=predicted)
 
     kept = {c.key: start[c.key] or (_carried(c), 0) for c in candidates}
-    first = solved(
-        candidates, available, snap.budget_per_hour,
-        {k: f for k, (f, _) in kept.items()}, {k: n for k, (_, n) in kept.items()},
-    )  # fmt: skip
+    start_step = {k: f for k, (f, _) in kept.items()}, {k: n for k, (_, n) in kept.items()}
+    first = solved(candidates, available, snap.budget_per_hour, start_step)
     search = _search_jointly if len(searching) == len(candidates) else _search_alone
     final, failed = (first, False) if not DERATING_ROUNDS else search(
         candidates, searching, first, solved, available=available, budget=snap.budget_per_hour
@@ -608,12 +607,12 @@ def _plan_to_targets(
 
 
 Solve = Callable[
-    [list["_Candidate"], dict[str, int], float | None, dict[ObjectKey, dict[str, float]],
-     dict[ObjectKey, int]],
+    [list["_Candidate"], dict[str, int], float | None, "Step",
+     dict[ObjectKey, dict[str, int]] | None],
     "_Round",
 ]  # fmt: skip
 """A joint solve of these candidates in this capacity and budget, with these factors (and
-derating rounds) per service, and its predictions."""
+derating rounds) per service and these services' replicas pinned, and its predictions."""
 
 
 def _search_jointly(
@@ -638,7 +637,7 @@ def _search_jointly(
         if step is None:
             break
         try:
-            trial = solved(candidates, available, budget, *step)
+            trial = solved(candidates, available, budget, step, None)
         except Exception:  # the plans so far stand; the search is tried again next pass
             log.warning("derating round %d failed; keeping the plans so far", len(rounds),
                         exc_info=True)  # fmt: skip
@@ -654,8 +653,8 @@ def _search_jointly(
     final = next((r for r in rounds if r.factors == factors), None)
     if final is None:  # services' best rounds differ: solve their combination once
         try:
-            final = solved(candidates, available, budget, factors,
-                           {k: r.steps[k] for k, r in best.items()})  # fmt: skip
+            steps = {k: r.steps[k] for k, r in best.items()}
+            final = solved(candidates, available, budget, (factors, steps), None)
         except Exception:
             log.warning("combining derating rounds failed", exc_info=True)
         if final is None or not _serves_as_much(final, first):
@@ -675,11 +674,13 @@ def _search_alone(
     """The search of the services whose generation is new while the others keep theirs (a
     change): each, in turn, derated in at most ``DERATING_ROUNDS`` solves of itself alone, in
     the capacity and budget the others' plans leave it (``first``'s, and the plans the services
-    searched before it found), then one joint solve of the fleet with the factors found. At
-    200 services a joint solve took about 1 s and a change 4-6 rounds of it; one service's
-    solve takes milliseconds, and the simulations are the same either way. The joint solve may
-    place the service otherwise than alone (it may move another service to make room, at a
-    lower cost): its plan is predicted, and applied when it serves as much as ``first``."""
+    searched before it found), then one joint solve of the fleet with the factors found and the
+    searched services' replicas pinned to the plans their searches chose: free, that solve
+    placed a service otherwise than any of its rounds (it moved others to make room at a lower
+    cost) and, unpredicted there, it missed its target (offline at 200 services: 92.6%).
+    At 200 services a joint solve took about 1 s and a change 4-6 rounds of it; one service's
+    solve takes milliseconds, and the simulations are the same either way. The fleet's plan
+    is applied when it serves as much as ``first``."""
     plans = {c.key: first.plan.services[_demand_name(c.key)] for c in candidates}
     factors, steps = dict(first.factors), dict(first.steps)
     failed = False
@@ -698,7 +699,7 @@ def _search_alone(
             if step is None:
                 break
             try:
-                trial = solved([c], capacity, left, *step)
+                trial = solved([c], capacity, left, step, None)
             except Exception:  # the plans so far stand; the search is tried again next pass
                 log.warning("derating round %d of %s failed; keeping the plans so far",
                             len(rounds), _demand_name(c.key), exc_info=True)  # fmt: skip
@@ -716,7 +717,8 @@ def _search_alone(
     if factors == first.factors:
         return first, failed
     try:
-        final = solved(candidates, available, budget, factors, steps)
+        pinned = {c.key: plans[c.key].counts for c in searching}
+        final = solved(candidates, available, budget, (factors, steps), pinned)
     except Exception:
         log.warning("solving the fleet with the derating found failed", exc_info=True)
         return first, True
@@ -860,8 +862,10 @@ def _joint_instance(
     available: dict[str, int],
     budget: float | None,
     derating: dict[ObjectKey, dict[str, float]],
+    pinned: dict[ObjectKey, dict[str, int]] | None = None,
 ) -> tuple[JointInstance, dict[str, float]]:
-    """The joint ILP's input, each service's MaxTput scaled by its ``derating`` factors."""
+    """The joint ILP's input, each service's MaxTput scaled by its ``derating`` factors and the
+    replicas of the ``pinned`` services fixed (per option; absent: none)."""
     services = []
     rates: dict[str, float] = {}
     for c in candidates:
@@ -879,6 +883,7 @@ def _joint_instance(
         # Replicas the KV scheduler removed still count as running for churn (sticky plans).
         kv_prev = c.previous.kv_scheduler if c.previous else None
         kv_back = reductions(spec.kv_migration, kv_prev, planned_targets(c.previous))
+        pins = (pinned or {}).get(c.key)
         scale = rate / actual if actual > 0 else 1.0
         options = [
             ReplicaOption(
@@ -888,7 +893,7 @@ def _joint_instance(
                 cost_per_hour=gpu.cost_per_hour,
                 max_tput=gpu.max_tput,
                 running=c.running.replicas.get(gpu.name, 0) + kv_back.get(gpu.name, 0),
-                fixed=c.running.replicas.get(gpu.name, 0) if gpu.name in c.conflicts else None,
+                fixed=_fixed(c, gpu.name, pins),
             )
             for gpu in instance.gpus
         ]
@@ -911,6 +916,14 @@ def _joint_instance(
         )
     pools = [PoolLimit(name=p, gpus=g) for p, g in sorted(available.items())]
     return JointInstance(services=services, pools=pools, budget_per_hour=budget), rates
+
+
+def _fixed(c: "_Candidate", option: str, pins: dict[str, int] | None) -> int | None:
+    """Replicas of ``option`` the solve may not change: a pinned plan's, or those an autoscaler
+    owns (as they run); ``None``: free."""
+    if pins is not None:
+        return pins.get(option, 0)
+    return c.running.replicas.get(option, 0) if option in c.conflicts else None
 
 
 SOLVES_KEPT = 16

@@ -324,8 +324,9 @@ def test_a_changed_service_is_searched_alone_and_the_fleet_solved_twice(
     monkeypatch: pytest.MonkeyPatch, solves: list[str]
 ) -> None:
     """After a change, only the changed service searches: its rounds solve it alone in the
-    capacity the others leave, then the fleet is solved once with the factors found. The plan
-    is the one the joint rounds reach, each of which solves the fleet."""
+    capacity the others leave, then the fleet is solved once with the factors found and its
+    replicas pinned to the plan its search chose. The plan is the one the joint rounds reach,
+    each of which solves the fleet."""
     bodies = [service("chat", 5.5, "t0"), service("small", 2, "t1", pools=["a10g", "l4"])]
     first = planned(*bodies)
     again = [with_status(bodies[0], first.services[KEY]), changed_weight(bodies[1], first)]
@@ -335,6 +336,10 @@ def test_a_changed_service_is_searched_alone_and_the_fleet_solved_twice(
     derating = alone.services[("default", "small")].status.derating
     assert derating is not None and derating.observed_generation == 2 and derating.rounds >= 1
     assert sizes == [2] + [1] * derating.rounds + [2]
+    final = JointInstance.model_validate_json(solves[-1]).services
+    pins = {s.name: {o.name: o.fixed for o in s.options} for s in final}
+    assert pins["default/small"] == alone.services[("default", "small")].target
+    assert set(pins["default/chat"].values()) == {None}  # its search had ended: free
     monkeypatch.setattr(cluster, "_search_alone", cluster._search_jointly)
     solves.clear()
     jointly = planned(*again, running=running_of(first))
