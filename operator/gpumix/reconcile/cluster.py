@@ -14,11 +14,13 @@ The joint ILP loads each option up to its MaxTput, where the *mean* TPOT equals 
 §5.3), so a plan can be predicted to miss slo.attainmentTarget by far. The pass therefore closes
 the loop `gpumix plan --planner slo` closes offline (:func:`gpumix.attainment.plan_to_target`):
 simulate each service's plan, derate the MaxTput of the options whose pools miss the target
-(:func:`gpumix.attainment.derate_step`) and solve the joint ILP again, for at most
-``DERATING_ROUNDS`` rounds (:func:`_plan_to_targets`), never at the cost of another service's
-traffic. The search runs to its end in the pass that starts it (a new spec generation): the
-factors it found are kept in status.derating and later passes plan with them and search no
-further, so an unchanged cluster is planned the same way pass after pass. Spread over passes,
+(:func:`gpumix.attainment.derate_step`) and solve again, for at most ``DERATING_ROUNDS``
+rounds (:func:`_plan_to_targets`), never at the cost of another service's traffic: the whole
+joint ILP in each round when every service searches (a first pass), else each searching
+service alone in the capacity the others leave, then the fleet once (a change). The search
+runs to its end in the pass that starts it (a new spec generation): the factors it found are
+kept in status.derating and later passes plan with them and search no further, so an
+unchanged cluster is planned the same way pass after pass. Spread over passes,
 as it was, every pass of a search changed the plan of services that nothing had changed (20
 services: 3-5 plan changes a pass, each a rollout). A generation that changed only the request
 rate starts its search from the factors kept (:func:`_carried`).
@@ -110,9 +112,10 @@ from gpumix.render.names import cache_key
 GAP_REL = 0.01
 """Relative MIP gap of the operator's joint solve (the plan's gap is in the solve result)."""
 DERATING_ROUNDS = MAX_ROUNDS
-"""Joint re-solves the pass that starts a search may spend on services predicted below their
-target, each one ILP solve plus one simulation per service (0.2-0.8 s each; cached by what they
-read): the offline loop's bound. Later passes of the same generation spend none."""
+"""Rounds the pass that starts a search may spend on services predicted below their target,
+each one solve (of the fleet, or of the service alone after a change) plus one simulation per
+plan it moved (0.2-0.8 s each; cached by what they read): the offline loop's bound. Later
+passes of the same generation spend none."""
 
 log = logging.getLogger("gpumix.planner")
 
