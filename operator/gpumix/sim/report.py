@@ -237,8 +237,8 @@ def pools_of(
     pods: Sequence[Engine], done: Sequence[Request], *, tpot_slo_ms: float, end: float
 ) -> dict[str, PoolStats]:
     """Per pool: utilisation, KV usage, preemptions and TPOT attainment of its ``done``
-    requests. Apart from `summarise`, as the attainment loop reads only these (the violation
-    causes cost it a quarter of each simulation's time)."""
+    requests. A function of its own because the attainment loop reads only these: the
+    violation causes `summarise` adds took a quarter of each simulation's time."""
     pools: dict[str, list[Engine]] = {}
     for pod in pods:
         pools.setdefault(_pool_of(pod), []).append(pod)
