@@ -305,6 +305,7 @@ def timed_pass(snap: rc.Snapshot, profile: bool) -> tuple[rc.ClusterDecision, fl
 
 CACHES: dict[str, DigestCache[Any]] = {
     "joint plans": rc._solved,
+    "joint plans rolling out": rc._rolling,
     "one-service plans": joint_solve._own,
     "balanced splits": joint_solve._splits,
     "predictions": rs._predictions,

@@ -36,6 +36,10 @@ def _pack(value: object) -> bytes:
     return zlib.compress(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), LEVEL)
 
 
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=32).digest()
+
+
 class DigestCache(Generic[V]):
     """At most ``size`` values; the least recently used goes first."""
 
@@ -48,22 +52,41 @@ class DigestCache(Generic[V]):
 
     def get(self, text: str, make: Callable[[], V]) -> V:
         """The value kept for ``text``, else ``make()`` (kept)."""
-        key = hashlib.blake2b(text.encode(), digest_size=32).digest()
+        key = _digest(text)
         if key in self._values:
             self.hits += 1
-            self._values[key] = self._values.pop(key)
-            if key in self._hot:
-                value = self._hot[key] = self._hot.pop(key)
-                return value
-            return self._warm(key, cast(V, pickle.loads(zlib.decompress(self._values[key]))))
+            return self._kept(key)
         self.misses += 1
         value = make()
+        self._put(key, value)
+        return value
+
+    def peek(self, text: str) -> V | None:
+        """The value kept for ``text``, else ``None`` (not counted as a hit or a miss)."""
+        key = _digest(text)
+        return self._kept(key) if key in self._values else None
+
+    def put(self, text: str, value: V) -> None:
+        """Keep ``value`` for ``text``, in place of any value kept for it."""
+        key = _digest(text)
+        self._values.pop(key, None)
+        self._hot.pop(key, None)
+        self._put(key, value)
+
+    def _kept(self, key: bytes) -> V:
+        self._values[key] = self._values.pop(key)
+        if key in self._hot:
+            value = self._hot[key] = self._hot.pop(key)
+            return value
+        return self._warm(key, cast(V, pickle.loads(zlib.decompress(self._values[key]))))
+
+    def _put(self, key: bytes, value: V) -> None:
         if len(self._values) >= self.size:
             oldest = next(iter(self._values))
             del self._values[oldest]
             self._hot.pop(oldest, None)
         self._values[key] = _pack(value)
-        return self._warm(key, value)
+        self._warm(key, value)
 
     def _warm(self, key: bytes, value: V) -> V:
         if len(self._hot) >= self.hot:

@@ -373,3 +373,41 @@ def test_a_service_searched_alone_never_takes_another_services_capacity(
     assert derating is not None and derating.observed_generation == 2
     assert derating.rounds == 0 and not derating.options
     assert cond(d.services[KEY].status, "SLOAtRisk")[:2] == ("True", "BelowTarget")
+
+
+def test_a_plan_rolling_out_is_kept_while_what_runs_moves_towards_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The passes after a rollout see what runs move towards the plan, which changes the joint
+    instance (its churn penalty): the plan is kept, not solved again, and it is the plan a
+    solve gives. What runs moving past the plan is solved again."""
+    solved: list[int] = []
+    solve_joint = cluster.solve_joint
+
+    def counted(instance: JointInstance, **kw: Any) -> JointAllocation | None:
+        solved.append(len(instance.services))
+        return solve_joint(instance, **kw)
+
+    monkeypatch.setattr(cluster, "solve_joint", counted)
+    monkeypatch.setattr(cluster, "_solved", DigestCache(cluster.SOLVES_KEPT))
+    monkeypatch.setattr(cluster, "_rolling", DigestCache(cluster.SOLVES_KEPT))
+    bodies = [service("chat", 5.5, "t0"), service("small", 2, "t1", pools=["a10g", "l4"])]
+    first = planned(*bodies)
+    assert solved
+    again = [with_status(b, first.services[("default", b["metadata"]["name"])]) for b in bodies]
+    rolled = running_of(first)
+    solved.clear()
+    kept = planned(*again, running=rolled)
+    assert solved == []
+    for cache in ("_solved", "_rolling"):
+        monkeypatch.setattr(cluster, cache, DigestCache(cluster.SOLVES_KEPT))
+    fresh = planned(*again, running=rolled)
+    assert solved == [2]
+    for key, sd in fresh.services.items():
+        assert kept.services[key].target == sd.target, key
+        assert kept.services[key].status.cost_per_hour == sd.status.cost_per_hour, key
+    option, n = next(iter(rolled[KEY].replicas.items()))
+    past = {**rolled, KEY: Running(replicas={**rolled[KEY].replicas, option: n + 1})}
+    solved.clear()
+    planned(*again, running=past)
+    assert solved == [2]

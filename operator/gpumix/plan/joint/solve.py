@@ -27,6 +27,7 @@ from gpumix.plan.instance import Bucket
 from gpumix.plan.joint import benders, contention, pricing
 from gpumix.plan.joint import model as jm
 from gpumix.plan.joint.balance import balanced
+from gpumix.plan.joint.churn import charged
 from gpumix.plan.joint.instance import JointInstance, Objective, Priority, ServiceDemand
 from gpumix.plan.joint.inturn import in_turn
 from gpumix.plan.joint.result import JointAllocation, ServiceAllocation
@@ -732,13 +733,8 @@ def _read(
         if alpha is not None and alpha <= 0:
             unserved = [[1.0 if r > 0 else 0.0 for r in row] for row in service.rates]
             unserved_rate = service.total_rate
-        added = sum(max(0, counts[o.name] - o.running) for o in service.options)
-        removed = sum(max(0, o.running - counts[o.name]) for o in service.options)
-        churn += sum(
-            max(service.churn_penalty, 0.0) * o.cost_per_hour * max(0, counts[o.name] - o.running)
-            for o in service.options
-            if o.fixed is None
-        )
+        added, removed, penalty = charged(service, counts)
+        churn += penalty
         for option in service.options:
             pool_gpus[option.pool] += counts[option.name] * option.gpus_per_replica
         services[service.name] = ServiceAllocation(
