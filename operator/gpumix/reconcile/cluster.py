@@ -118,6 +118,12 @@ each one solve (of the fleet, or of the service alone after a change) plus one s
 plan it moved (0.2-0.8 s each; cached by what they read): the offline loop's bound. Later
 passes of the same generation spend none."""
 
+SEARCH_ALONE_FROM = 16
+"""Services from which a first pass, where every service searches, searches each alone as a
+change does (:func:`_search_alone`). A joint round derates every service that misses at once
+and ends the search of all of them when one is left short: at 200 services (``bench/scale.py``)
+the first pass left 53 predicted below target, 30 of them never derated, and its 14 joint
+solves took 500 s live."""
 log = logging.getLogger("gpumix.planner")
 
 ObjectKey = tuple[str, str]
@@ -586,7 +592,8 @@ def _plan_to_targets(
     kept = {c.key: start[c.key] or (_carried(c), 0) for c in candidates}
     start_step = {k: f for k, (f, _) in kept.items()}, {k: n for k, (_, n) in kept.items()}
     first = solved(candidates, available, snap.budget_per_hour, start_step)
-    search = _search_jointly if len(searching) == len(candidates) else _search_alone
+    jointly = len(searching) == len(candidates) < SEARCH_ALONE_FROM
+    search = _search_jointly if jointly else _search_alone
     final, failed = (first, False) if not DERATING_ROUNDS else search(
         candidates, searching, first, solved, available=available, budget=snap.budget_per_hour
     )  # fmt: skip

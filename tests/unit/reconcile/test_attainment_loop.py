@@ -411,3 +411,26 @@ def test_a_plan_rolling_out_is_kept_while_what_runs_moves_towards_it(
     solved.clear()
     planned(*again, running=past)
     assert solved == [2]
+
+
+def test_a_first_pass_of_a_fleet_searches_each_service_alone(
+    monkeypatch: pytest.MonkeyPatch, solves: list[str]
+) -> None:
+    """From ``SEARCH_ALONE_FROM`` services (lowered to 2 here) a first pass searches as a
+    change does: each service's rounds solve it alone, then the fleet once with every searched
+    service pinned. Both services reach their target within the pools, as jointly."""
+    monkeypatch.setattr(cluster, "SEARCH_ALONE_FROM", 2)
+    d = planned(service("chat", 5.5, "t0"), service("small", 2, "t1", pools=["a10g", "l4"]))
+    rounds = {k: sd.status.derating.rounds for k, sd in d.services.items() if sd.status.derating}
+    assert set(rounds) == {KEY, ("default", "small")} and all(rounds.values())
+    sizes = [len(JointInstance.model_validate_json(j).services) for j in solves]
+    assert sizes == [2] + [1] * sum(rounds.values()) + [2]
+    final = JointInstance.model_validate_json(solves[-1]).services
+    for s in final:
+        key = ("default", s.name.split("/")[1])
+        assert {o.name: o.fixed for o in s.options} == d.services[key].target
+    for sd in d.services.values():
+        assert sd.status.predicted_attainment is not None
+        assert sd.status.predicted_attainment >= 0.99
+    for name, pool in d.pool_status.items():
+        assert (pool.planned_gpus or 0) <= pool.allocatable_gpus, name
