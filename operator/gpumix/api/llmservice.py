@@ -555,6 +555,13 @@ class DeratingStatus(ApiModel):
         description="Digest of the spec the search ran for, less workload.requestRate: a new "
         "generation that changed only the rate searches again from these factors.",
     )
+    kept_at_rate: float | None = Field(
+        default=None,
+        ge=0,
+        description="The planned request rate at which the plan in force, which holds the "
+        "target, is kept: a fleet solve would have moved the service onto a plan predicted to "
+        "miss it. Later passes keep that plan while this generation and rate stand.",
+    )
 
     def factors(self) -> dict[str, float]:
         """Option → factor (absent: 1)."""

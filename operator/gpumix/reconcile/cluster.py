@@ -84,7 +84,7 @@ from gpumix.reconcile.capacity import (
     pool_status,
 )
 from gpumix.reconcile.clock import parse_time
-from gpumix.reconcile.conditions import set_condition
+from gpumix.reconcile.conditions import condition, set_condition
 from gpumix.reconcile.gateway import annotate_gateway
 from gpumix.reconcile.kvmigration import planned_targets, reductions
 from gpumix.reconcile.modelshape import REASON as MODEL_CONFIG_REASON
@@ -92,10 +92,12 @@ from gpumix.reconcile.modelshape import service_shape
 from gpumix.reconcile.pods import annotate_pods
 from gpumix.reconcile.scaling import observed, pacing_input, with_forecast
 from gpumix.reconcile.service import (
+    SLO_AT_RISK,
     EventSpec,
     Running,
     ServiceDecision,
     _keep,
+    a_key,
     decide_planned,
     predict_served,
     served_allocation,
@@ -566,6 +568,10 @@ def _plan_to_targets(
     start = {c.key: _kept_derating(c) for c in candidates}
     searching = [c for c in candidates if start[c.key] is None]
     _, rates = _joint_instance(candidates, available, snap.budget_per_hour, {})
+    held = {
+        c.key: plan for c in candidates
+        if start[c.key] is not None and (plan := _kept_on(c, rates[_demand_name(c.key)]))
+    }  # fmt: skip
 
     def solved(
         among: list["_Candidate"],
@@ -575,7 +581,8 @@ def _plan_to_targets(
         pinned: dict[ObjectKey, dict[str, int]] | None = None,
     ) -> _Round:
         factors, steps = step
-        instance, _ = _joint_instance(among, capacity, budget, factors, pinned)
+        pins = {c.key: held[c.key] for c in among if c.key in held} | (pinned or {})
+        instance, _ = _joint_instance(among, capacity, budget, factors, pins or None)
         plan = _solve(instance.model_dump_json(), snap.time_limit_s)
         assert plan is not None  # partial service is on: never infeasible
         predicted = {
@@ -591,12 +598,25 @@ def _plan_to_targets(
 
     kept = {c.key: start[c.key] or (_carried(c), 0) for c in candidates}
     start_step = {k: f for k, (f, _) in kept.items()}, {k: n for k, (_, n) in kept.items()}
-    first = solved(candidates, available, snap.budget_per_hour, start_step)
+    try:
+        first = solved(candidates, available, snap.budget_per_hour, start_step)
+    except Exception:
+        if not held:
+            raise
+        log.warning("solving with %d services kept on their plans failed; solving them free",
+                    len(held), exc_info=True)  # fmt: skip
+        held.clear()
+        first = solved(candidates, available, snap.budget_per_hour, start_step)
     jointly = len(searching) == len(candidates) < SEARCH_ALONE_FROM
     search = _search_jointly if jointly else _search_alone
     final, failed = (first, False) if not DERATING_ROUNDS else search(
         candidates, searching, first, solved, available=available, budget=snap.budget_per_hour
     )  # fmt: skip
+    final, pinned = _kept_holding(
+        candidates, searching, first, final, solved, available=available,
+        budget=snap.budget_per_hour,
+    )  # fmt: skip
+    kept_on = set(held) | set(pinned)
     if final.factors != first.factors:
         log.info("attainment loop: derating kept: %s",
                  {_demand_name(k): f for k, f in final.factors.items() if f})  # fmt: skip
@@ -606,15 +626,14 @@ def _plan_to_targets(
     ended = {
         c.key for c in searching if ran and isinstance(first.predicted[c.key], PredictedAttainment)
     }
-    return _Targeted(
-        plan=final.plan,
-        rates=rates,
-        predicted=final.predicted,
-        derating={
-            c.key: _derating_status(c, final, ended=c.key in ended or start[c.key] is not None)
-            for c in candidates
-        },
-    )
+    derating = {
+        c.key: _derating_status(
+            c, final, ended=c.key in ended or start[c.key] is not None,
+            kept_at=rates[_demand_name(c.key)] if c.key in kept_on else None,
+        )
+        for c in candidates
+    }  # fmt: skip
+    return _Targeted(plan=final.plan, rates=rates, predicted=final.predicted, derating=derating)
 
 
 Solve = Callable[
@@ -736,6 +755,94 @@ def _search_alone(
     return (final, failed) if _serves_as_much(final, first) else (first, failed)
 
 
+HOLDING_ROUNDS = 3
+"""Fleet solves that may pin services a plan moved off the plans that held their targets
+(:func:`_kept_holding`), each pinning those the solve before moved (offline at 200 services,
+a change's re-solve moved 1-20 services, and each solve pinning some moved 1-3 others)."""
+
+
+def _kept_holding(
+    candidates: list["_Candidate"],
+    searching: list["_Candidate"],
+    first: _Round,
+    final: _Round,
+    solved: Solve,
+    *,
+    available: dict[str, int],
+    budget: float | None,
+) -> tuple[_Round, dict[ObjectKey, dict[str, int]]]:
+    """``final`` with the services it moves off a plan that runs and holds their target onto
+    one predicted to miss it (:func:`_moved_off`) pinned to what runs, and the searched
+    services to their plans, solved again (at most ``HOLDING_ROUNDS`` times, the last one
+    pinning every holding plan that moved, so that none is left to miss); and the services
+    so pinned, which later passes keep on those plans while their rate stands
+    (`DeratingStatus.kept_at_rate`, :func:`_kept_on`). The factors a search found hold for
+    the plans it predicted; a later fleet solve is free to place a service elsewhere at those
+    factors, on an option no round loaded (offline at 200 services, a re-solve after a
+    rollout moved 8 services, two from 99.4% and 100% to 43% and 28%). Kept as it is when a
+    solve fails or leaves more traffic unserved than ``first``."""
+    searched = {c.key for c in searching}
+    pins: dict[ObjectKey, dict[str, int]] = {}
+    for n in range(HOLDING_ROUNDS):
+        last = n == HOLDING_ROUNDS - 1  # the last keeps every holding plan that moved
+        moved = {
+            c.key: plan for c in candidates
+            if c.key not in searched and c.key not in pins
+            and (plan := _moved_off(c, final, predicted=not last))
+        }  # fmt: skip
+        if not moved:
+            break
+        plans = {c.key: final.plan.services[_demand_name(c.key)].counts for c in searching}
+        try:
+            trial = solved(candidates, available, budget, (final.factors, final.steps),
+                           {**plans, **pins, **moved})  # fmt: skip
+        except Exception:
+            log.warning("pinning the services a plan moved off their target failed",
+                        exc_info=True)  # fmt: skip
+            break
+        if not _serves_as_much(trial, first):
+            break
+        log.info("attainment loop: kept %d services on the plans that hold their targets",
+                 len(moved), extra={"services": [_demand_name(k) for k in moved]})  # fmt: skip
+        pins |= moved
+        final = trial
+    return final, pins
+
+
+def _holding_plan(c: "_Candidate") -> dict[str, int] | None:
+    """The plan in force, when it has rolled out (what runs) and status predicts it to hold
+    the target (SLOAtRisk False); else ``None``."""
+    previous = c.previous
+    if previous is None:
+        return None
+    risk = condition(previous.conditions, SLO_AT_RISK)
+    if risk is None or risk.status != ConditionStatus.FALSE:
+        return None
+    runs = {o: n for o, n in c.running.replicas.items() if n}
+    planned = {a_key(a.pool, a.gpus_per_replica): a.replicas for a in previous.allocation}
+    return runs if runs and runs == {o: n for o, n in planned.items() if n} else None
+
+
+def _moved_off(c: "_Candidate", r: _Round, *, predicted: bool = True) -> dict[str, int] | None:
+    """The plan in force that holds (:func:`_holding_plan`), when round ``r`` moves this
+    service off it onto a plan predicted not to hold (``predicted``), or at all."""
+    if predicted and (_holds(c, r) or not isinstance(r.predicted[c.key], PredictedAttainment)):
+        return None
+    plan = _holding_plan(c)
+    moved = {o: n for o, n in r.plan.services[_demand_name(c.key)].counts.items() if n}
+    return plan if plan is not None and moved != plan else None
+
+
+def _kept_on(c: "_Candidate", rate: float) -> dict[str, int] | None:
+    """The plan in force, pinned: status says a pass kept it at this planned rate
+    (`DeratingStatus.kept_at_rate`) and it still holds (:func:`_holding_plan`)."""
+    kept = c.previous.derating if c.previous is not None else None
+    at = kept.kept_at_rate if kept is not None else None
+    if at is None or abs(at - rate) > 1e-9 * max(1.0, rate):
+        return None
+    return _holding_plan(c)
+
+
 def _option_gpus(c: "_Candidate", allocation: ServiceAllocation) -> dict[str, int]:
     """GPUs per option ``allocation`` places (`ServiceDecision.held_gpus`' form)."""
     return {
@@ -855,17 +962,21 @@ def _reached_count(candidates: list["_Candidate"], r: _Round) -> tuple[int, floa
     return reached, -r.plan.cost_per_hour
 
 
-def _derating_status(c: "_Candidate", r: _Round, *, ended: bool) -> DeratingStatus | None:
+def _derating_status(
+    c: "_Candidate", r: _Round, *, ended: bool, kept_at: float | None
+) -> DeratingStatus | None:
     """What status keeps of the search: present (even with no factor) once it has ended for
-    this generation, which is what tells later passes not to search again."""
+    this generation, which is what tells later passes not to search again; and the planned
+    rate at which the plan in force is kept (:func:`_kept_holding`)."""
     options = [
         OptionDerating(option=o, factor=f) for o, f in sorted(r.factors[c.key].items()) if f < 1
     ]
     if not ended and not options and not r.steps[c.key]:
         return None
     return DeratingStatus(
-        observed_generation=c.generation, options=options, rounds=r.steps[c.key], basis=_basis(c)
-    )
+        observed_generation=c.generation, options=options, rounds=r.steps[c.key], basis=_basis(c),
+        kept_at_rate=kept_at,
+    )  # fmt: skip
 
 
 def _joint_instance(

@@ -434,3 +434,68 @@ def test_a_first_pass_of_a_fleet_searches_each_service_alone(
         assert sd.status.predicted_attainment >= 0.99
     for name, pool in d.pool_status.items():
         assert (pool.planned_gpus or 0) <= pool.allocatable_gpus, name
+
+
+def test_a_service_is_not_moved_off_a_plan_that_holds_onto_one_predicted_to_miss(
+    monkeypatch: pytest.MonkeyPatch, solves: list[str]
+) -> None:
+    """chat runs 2 more A10Gs than the cheapest plan and is predicted to hold there, and only
+    there: the solve drops them, its prediction misses, so chat is pinned to what runs and
+    the fleet solved again. Without the prediction's miss, the cheaper plan is applied."""
+    monkeypatch.setattr(cluster, "predict_served", lambda *_: predicted(0.999, {}))
+    first = chat(service("chat", 5.5, "t0"))  # holds: its search ends at once
+    solves.clear()
+    cheapest = {o: n for o, n in (first.target or {}).items() if n}
+    runs = {**cheapest, "a10g": cheapest.get("a10g", 0) + 2}
+    body = with_status(service("chat", 5.5, "t0"), first)
+    for a in body["status"]["allocation"]:
+        a["replicas"] = runs[a["pool"]]
+    body["status"]["conditions"] = [
+        {**c, "status": "False", "reason": "OnTarget"} if c["type"] == "SLOAtRisk" else c
+        for c in body["status"]["conditions"]
+    ]
+    running = {KEY: Running(replicas=runs, ready=runs)}
+
+    def by_plan(*args: Any) -> PredictedAttainment:
+        counts = {o: n for o, n in args[3].counts.items() if n}
+        return predicted(0.999 if counts == runs else 0.95, {"a10g": 0.95})
+
+    monkeypatch.setattr(cluster, "predict_served", by_plan)
+    kept = planned(body, running=running).services[KEY]
+    pins = [
+        {o.name: o.fixed for o in s.options}
+        for j in solves for s in JointInstance.model_validate_json(j).services
+    ]  # fmt: skip
+    assert len(solves) == 2 and set(pins[0].values()) == {None}
+    assert {o: n for o, n in pins[1].items() if n} == runs
+    assert {o: n for o, n in (kept.target or {}).items() if n} == runs
+    assert cond(kept.status, "SLOAtRisk")[:2] == ("False", "OnTarget")
+    derating = kept.status.derating
+    assert (
+        derating is not None and derating.kept_at_rate == kept.status.workload.planned_request_rate
+    )
+    # The next pass pins it from the start: one solve, the plan kept.
+    solves.clear()
+    again = planned(with_status(body, kept), running=running).services[KEY]
+    assert len(solves) == 1
+    (s,) = JointInstance.model_validate_json(solves[0]).services
+    assert {o.name: o.fixed for o in s.options if o.fixed} == runs
+    assert again.target == kept.target and again.status.derating == derating
+    # Kept at another rate: solved free, then pinned again.
+    other = with_status(body, kept)
+    other["status"]["derating"]["keptAtRate"] = 1.0
+    solves.clear()
+    assert planned(other, running=running).services[KEY].target == kept.target
+    assert len(solves) == 2
+    monkeypatch.setattr(cluster, "predict_served", lambda *_: predicted(0.999, {}))
+    solves.clear()
+    moved = planned(body, running=running).services[KEY]
+    assert moved.status.derating is not None and moved.status.derating.kept_at_rate is None
+    assert len(solves) == 1
+    assert {o: n for o, n in (moved.target or {}).items() if n} == cheapest
+    # The last round (here the only one) keeps every holding plan that moved, even onto a plan
+    # predicted to hold: none is left to miss.
+    monkeypatch.setattr(cluster, "HOLDING_ROUNDS", 1)
+    solves.clear()
+    assert planned(body, running=running).services[KEY].target == kept.target
+    assert len(solves) == 2
