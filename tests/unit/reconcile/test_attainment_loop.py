@@ -432,6 +432,9 @@ def test_a_first_pass_of_a_fleet_searches_each_service_alone(
     for sd in d.services.values():
         assert sd.status.predicted_attainment is not None
         assert sd.status.predicted_attainment >= 0.99
+        # Pinned to what its search predicted, and kept there while its rate stands.
+        assert sd.status.derating is not None and sd.status.workload is not None
+        assert sd.status.derating.kept_at_rate == sd.status.workload.planned_request_rate
     for name, pool in d.pool_status.items():
         assert (pool.planned_gpus or 0) <= pool.allocatable_gpus, name
 
