@@ -126,6 +126,7 @@ change does (:func:`_search_alone`). A joint round derates every service that mi
 and ends the search of all of them when one is left short: at 200 services (``bench/scale.py``)
 the first pass left 53 predicted below target, 30 of them never derated, and its 14 joint
 solves took 500 s live."""
+
 log = logging.getLogger("gpumix.planner")
 
 ObjectKey = tuple[str, str]

@@ -88,3 +88,4 @@ def test_running_that_moved_past_the_plan_or_away_from_it_is_not_towards_it() ->
     assert (kept.services["s"].added, kept.services["s"].removed) == (0, 1)
     assert kept.churn_cost == 0.0 < plan.churn_cost == pytest.approx(0.5)
     assert kept.result.objective == pytest.approx(plan.result.objective - 0.5)
+    assert rebased(kept, at(2, 0)).result.message == kept.result.message  # said once

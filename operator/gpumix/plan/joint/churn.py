@@ -102,12 +102,9 @@ def rebased(plan: JointAllocation, instance: JointInstance) -> JointAllocation:
     gap = result.gap
     if gap is not None and result.objective and objective:
         gap = gap * result.objective / objective
+    note = "kept: only the running replicas moved towards it"
+    message = result.message if result.message.endswith(note) else f"{result.message}; {note}"
     kept = result.model_copy(
-        update={
-            "objective": objective,
-            "gap": gap,
-            "seconds": 0.0,
-            "message": f"{result.message}; kept: only the running replicas moved towards it",
-        }
+        update={"objective": objective, "gap": gap, "seconds": 0.0, "message": message}
     )
     return plan.model_copy(update={"services": services, "churn_cost": churn, "result": kept})
