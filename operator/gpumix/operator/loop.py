@@ -52,6 +52,21 @@ def _same_status(
         return False
 
 
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: ``new`` with ``None``
+    for every key, at any depth of nested objects, that ``new`` no longer has. A merge patch
+    keeps the keys it does not name, so a field left out of a nested object stayed forever
+    (a dropped ``derating.keptAtRate`` was patched again on every pass, #19)."""
+    patch: dict[str, Any] = dict.fromkeys(old.keys() - new.keys())
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, dict) and isinstance(before, dict):
+            patch[key] = merge_patch(before, value)
+        else:
+            patch[key] = value
+    return patch
+
+
 def _routing_mode(body: dict[str, Any]) -> Any:
     return ((body.get("spec") or {}).get("routing") or {}).get("mode")
 
@@ -198,7 +213,8 @@ class Planner:
             new = _dump(status)
             if body is None or _same_status(GPUPoolStatus, body.get("status"), new):
                 continue
-            self._guard("pool-status", self.writer.patch_pool_status, name, new)
+            patch = merge_patch(body.get("status") or {}, new)
+            self._guard("pool-status", self.writer.patch_pool_status, name, patch)
         pools = {}
         for name, body in pools_raw.items():
             try:
@@ -244,10 +260,8 @@ class Planner:
             if applied_digest is not None:
                 new[DIGEST_FIELD] = applied_digest
             if not _same_status(LLMServiceStatus, old, new):
-                old_keys = set(old.keys())
-                patch: dict[str, Any] = dict.fromkeys(old_keys - new.keys())
                 self._guard("service-status", self.writer.patch_service_status, ns, name,
-                            {**patch, **new})  # fmt: skip
+                            merge_patch(old, new))  # fmt: skip
             # A pass that reads a status older than its own last write (the watch catching up,
             # e.g. reconnecting after an apiserver restart) decides the same transition again:
             # report it once (found by tests/e2e/test_chaos.py: two PlanChanged for one change).

@@ -617,8 +617,10 @@ def _plan_to_targets(
         candidates, searching, first, final, solved, available=available,
         budget=snap.budget_per_hour,
     )  # fmt: skip
-    # Searched alone, a service's plan was pinned to what its search predicted: kept as well.
-    kept_on = set(held) | set(pinned) | ({c.key for c in searching} if not jointly else set())
+    # Searched alone, a service's plan was pinned to what its search predicted: kept as well
+    # when it holds (one that does not is free to find better).
+    alone = [] if jointly else [c.key for c in searching if _holds(c, final)]
+    kept_on = set(held) | set(pinned) | set(alone)
     if final.factors != first.factors:
         log.info("attainment loop: derating kept: %s",
                  {_demand_name(k): f for k, f in final.factors.items() if f})  # fmt: skip
