@@ -89,7 +89,7 @@ def cut(source: Path) -> None:
         ["num_prefill_tokens", "num_decode_tokens"],
     )
     for model in ("llama1_30b", "llama2_70b"):
-        for gpu in ("a100", "l4"):
+        for gpu in ("a100", "l4", "l4x2"):
             for phase in ("prompt", "decode"):
                 _copy(source, f"profiles/helix/{model}/{gpu}/{phase}_bs2time.csv")
     for gpu in ("a100", "a40", "h100"):
@@ -115,7 +115,7 @@ def cut(source: Path) -> None:
         "profiles/splitwise-sim/perf_model.csv",
         lambda r: (
             r["model"] == "llama2-70b"
-            and r["tensor_parallel"] == "2"
+            and r["tensor_parallel"] in ("2", "4", "8")
             and r["hardware"] in ("a100-80gb", "h100-80gb")
         ),
         [

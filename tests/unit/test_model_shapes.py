@@ -399,9 +399,18 @@ def test_the_measured_models_numbers_are_unchanged(name: str) -> None:
     flops = roof._flops
     over = roof.p.step_overhead_ms / 1e3
     read = m.weight_bytes + 8 * 1500 * m.kv_bytes_per_token
-    assert roof.decode_step_s(8, 1500) == over + max(read / bw, 2 * m.params_b * 1e9 * 8 / flops)
+
+    def comm(tokens: int) -> float:  # two all-reduces a layer, each a 2-step ring on 2 GPUs
+        step = roof.p.allreduce_latency_us * 1e-6 + tokens * m.hidden * 2 / 2 / (
+            roof.p.allreduce_gbps * 1e9
+        )
+        return 2 * m.layers * 2 * step
+
+    decode = over + max(read / bw, 2 * m.params_b * 1e9 * 8 / flops) + comm(8)
+    assert roof.decode_step_s(8, 1500) == pytest.approx(decode, rel=1e-12)
     compute = 2 * m.params_b * 1e9 * 700 + 4 * m.layers * 700**2 * m.hidden
-    assert roof.prefill_s(700) == over + max(compute / flops, m.weight_bytes / bw)
+    prefill = over + max(compute / flops, m.weight_bytes / bw) + comm(700)
+    assert roof.prefill_s(700) == pytest.approx(prefill, rel=1e-12)
 
 
 def test_legacy_shapes_are_the_hand_entered_ones() -> None:

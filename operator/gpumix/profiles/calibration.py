@@ -11,13 +11,19 @@ peak FP16 compute that a real engine reaches — to every measurement we have of
   TP1, sum of the op medians without the embedding. Predicted as the linear layers' share
   (weights and FLOPs of the projections and MLP), no attention, no overhead.
 - `splitwise`: whole-model prefill and per-iteration decode times of Llama-2-70B on DGX-A100
-  and DGX-H100 (Splitwise, ISCA'24), TP2 only: the roofline does not model tensor-parallel
-  communication, which dominates at TP4/8. Predicted with the step overhead.
+  and DGX-H100 (Splitwise, ISCA'24) at tensor parallelism 2, 4 and 8. Predicted with the step
+  overhead.
+
+Helix's L4 pair (`l4x2`, PCIe) and Splitwise's TP 2–8 also fit the two parameters of the
+tensor-parallel all-reduce (`gpumix.profiles.roofline.allreduce_s`): its per-step latency and
+its bus bandwidth. Types without multi-GPU measurements keep the defaults, which are the L4's fit
+(a PCIe card: what most types without NVLink in the catalog are).
 
 The fit minimises the mean squared log error, each (source, phase) group weighted equally, over a
-grid of efficiencies. `CALIBRATED` in `gpumix.profiles.roofline` holds the fitted values; a unit
-test re-runs the fit and checks both the values and the error bounds. GPU types without
-measurements keep the default efficiencies.
+grid of efficiencies (and, where multi-GPU points exist, of the all-reduce's two parameters on a
+coarse efficiency grid first). `CALIBRATED` in `gpumix.profiles.roofline` holds the fitted
+values; a unit test re-runs the fit and checks both the values and the error bounds. GPU types
+without measurements keep the default efficiencies.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import numpy as np
 from gpumix.datafiles import data_dir
 from gpumix.profiles.catalog import gpu_type
 from gpumix.profiles.models import ModelShape, model_shape
-from gpumix.profiles.roofline import GIB, RooflineParams
+from gpumix.profiles.roofline import GIB, RooflineParams, allreduce_s
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,10 @@ class Point:
     gpus: int
     with_overhead: bool
     measured_s: float
+    allreduces: int = 0
+    """Tensor-parallel all-reduces in the measured time (two per layer); 0 on one GPU."""
+    allreduce_bytes: float = 0.0
+    """Activation bytes each all-reduce sums: tokens × hidden × bytes per value."""
 
 
 def _layer(model: ModelShape) -> tuple[float, float]:
@@ -58,11 +68,11 @@ def _layer(model: ModelShape) -> tuple[float, float]:
 def _helix(base: Path) -> list[Point]:
     points: list[Point] = []
     models = {"llama1_30b": "huggyllama/llama-30b", "llama2_70b": "meta-llama/Llama-2-70b-hf"}
-    gpus = {"l4": "l4", "a100": "a100-40gb"}
+    gpus = {"l4": ("l4", 1), "l4x2": ("l4", 2), "a100": ("a100-40gb", 1)}
     for folder, name in models.items():
         m = model_shape(name)
         wbytes, params = _layer(m)
-        for sub, gpu in gpus.items():
+        for sub, (gpu, k) in gpus.items():
             for phase in ("prompt", "decode"):
                 path = base / "helix" / folder / sub / f"{phase}_bs2time.csv"
                 for line in path.read_text().split():
@@ -84,9 +94,11 @@ def _helix(base: Path) -> list[Point]:
                             "prefill" if phase == "prompt" else "decode",
                             wbytes,
                             flops,
-                            1,
+                            k,
                             False,
                             ms / 1e3,
+                            2 if k > 1 else 0,
+                            x * m.hidden * m.bytes_per_value,
                         )
                     )
     return points
@@ -137,25 +149,25 @@ def _splitwise(base: Path) -> list[Point]:
     points: list[Point] = []
     m = model_shape("meta-llama/Llama-2-70b-hf")
     gpus = {"a100-80gb": "a100-80gb", "h100-80gb": "h100"}
-    groups: dict[tuple[str, int, int, int], list[tuple[float, float]]] = {}
+    groups: dict[tuple[str, int, int, int, int], list[tuple[float, float]]] = {}
     with (base / "splitwise-sim" / "perf_model.csv").open(newline="") as f:
         for row in csv.DictReader(f):
             if row["model"] != "llama2-70b" or row["hardware"] not in gpus:
                 continue
-            if row["tensor_parallel"] != "2":
-                continue
             key = (
                 gpus[row["hardware"]],
+                int(row["tensor_parallel"]),
                 int(row["prompt_size"]),
                 int(row["batch_size"]),
                 int(row["token_size"]),
             )
             groups.setdefault(key, []).append((float(row["prompt_time"]), float(row["token_time"])))
-    for (gpu, prompt, batch, tokens), runs in sorted(groups.items()):
+    act = m.hidden * m.bytes_per_value
+    for (gpu, k, prompt, batch, tokens), runs in sorted(groups.items()):
         prefill_ms = float(np.median([p for p, _ in runs]))
         decode_ms = float(np.median([t for _, t in runs]))
-        if batch * (prompt + tokens) * m.kv_bytes_per_token > 2 * 80 * GIB - m.weight_bytes:
-            continue  # more KV than the two GPUs hold: the measurement ran some other way
+        if batch * (prompt + tokens) * m.kv_bytes_per_token > k * 80 * GIB - m.weight_bytes:
+            continue  # more KV than the GPUs hold: the measurement ran some other way
         prefill_tokens = batch * prompt
         points.append(
             Point(
@@ -164,9 +176,11 @@ def _splitwise(base: Path) -> list[Point]:
                 "prefill",
                 m.weight_bytes,
                 2 * m.params_b * 1e9 * prefill_tokens + 4 * m.layers * batch * prompt**2 * m.hidden,
-                2,
+                k,
                 True,
                 prefill_ms / 1e3,
+                2 * m.layers,
+                prefill_tokens * act,
             )
         )
         context = batch * (prompt + tokens / 2)
@@ -177,9 +191,11 @@ def _splitwise(base: Path) -> list[Point]:
                 "decode",
                 m.weight_bytes + context * m.kv_bytes_per_token,
                 2 * m.params_b * 1e9 * batch,
-                2,
+                k,
                 True,
                 decode_ms / 1e3,
+                2 * m.layers,
+                batch * act,
             )
         )
     return points
@@ -198,7 +214,8 @@ def predict(points: Iterable[Point], params: RooflineParams) -> np.ndarray:
         bw = g.bandwidth_gbps * 1e9 * p.gpus * params.bandwidth_efficiency
         fl = g.fp16_tflops * 1e12 * p.gpus * params.compute_efficiency
         over = params.step_overhead_ms / 1e3 if p.with_overhead else 0.0
-        out.append(over + max(p.read_bytes / bw, p.flops / fl))
+        comm = allreduce_s(float(p.gpus), float(p.allreduces), p.allreduce_bytes, params)
+        out.append(over + max(p.read_bytes / bw, p.flops / fl) + comm)
     return np.array(out)
 
 
@@ -214,8 +231,20 @@ class Fit:
     """Median relative error per `source/phase`."""
 
 
-def fit_gpu(points: list[Point], gpu: str, step: float = 0.01) -> Fit:
-    """Grid-search both efficiencies for one GPU type (step overhead stays at its default)."""
+LATENCY_GRID_US = np.arange(0.0, 101.0, 2.0)
+BUS_GRID_GBPS = np.array(
+    [1, 2, 3, 4, 5, 6, 8, 10, 12.5, 15, 20, 25, 30, 40, 50, 60, 80, 100, 150, 200, 300], dtype=float
+)
+"""The all-reduce parameters the fit tries: per-step latency (µs) and bus bandwidth (GB/s)."""
+
+
+def fit_gpu(
+    points: list[Point], gpu: str, step: float = 0.01, link: RooflineParams | None = None
+) -> Fit:
+    """Grid-search both efficiencies for one GPU type (step overhead stays at its default), and
+    where it has multi-GPU measurements the all-reduce's latency and bandwidth too (on a 0.05
+    efficiency grid, then the efficiencies at `step` with those fixed). `link` fixes the
+    all-reduce's parameters instead (a known interconnect)."""
     pts = [p for p in points if p.gpu == gpu]
     if not pts:
         raise ValueError(f"no measurements for GPU type {gpu!r}")
@@ -225,15 +254,38 @@ def fit_gpu(points: list[Point], gpu: str, step: float = 0.01) -> Fit:
     comp = np.array([p.flops / (g.fp16_tflops * 1e12 * p.gpus) for p in pts])
     over = np.array([default.step_overhead_ms / 1e3 if p.with_overhead else 0.0 for p in pts])
     meas = np.array([p.measured_s for p in pts])
+    gpus = np.array([float(p.gpus) for p in pts])
+    allreduces = np.array([float(p.allreduces) for p in pts])
+    payload = np.array([p.allreduce_bytes for p in pts])
     groups = [f"{p.source}/{p.phase}" for p in pts]
     weight = np.array([1.0 / groups.count(k) for k in groups])
+
+    def best(grid: np.ndarray, comm: np.ndarray) -> tuple[float, float, float]:
+        bw, cp = np.meshgrid(grid, grid, indexing="ij")
+        pred = over + comm + np.maximum(read / bw[..., None], comp / cp[..., None])
+        loss = ((np.log(pred) - np.log(meas)) ** 2 * weight).sum(axis=-1)
+        a, b = np.unravel_index(np.argmin(loss), loss.shape)
+        return float(loss[a, b]), float(grid[a]), float(grid[b])
+
+    if link is None and (gpus > 1).any():
+        coarse = np.arange(0.05, 1.0 + 0.025, 0.05)
+        tried = [
+            (best(coarse, allreduce_s(gpus, allreduces, payload, trial))[0], trial)
+            for trial in (
+                RooflineParams(allreduce_latency_us=float(lat), allreduce_gbps=float(bus))
+                for lat in LATENCY_GRID_US
+                for bus in BUS_GRID_GBPS
+            )
+        ]
+        link = min(tried, key=lambda t: t[0])[1]
+    link = link or default
     grid = np.arange(step, 1.0 + step / 2, step)
-    bw, cp = np.meshgrid(grid, grid, indexing="ij")
-    pred = over + np.maximum(read / bw[..., None], comp / cp[..., None])
-    loss = ((np.log(pred) - np.log(meas)) ** 2 * weight).sum(axis=-1)
-    a, b = np.unravel_index(np.argmin(loss), loss.shape)
+    _, bw_eff, cp_eff = best(grid, allreduce_s(gpus, allreduces, payload, link))
     params = RooflineParams(
-        bandwidth_efficiency=round(float(grid[a]), 3), compute_efficiency=round(float(grid[b]), 3)
+        bandwidth_efficiency=round(bw_eff, 3),
+        compute_efficiency=round(cp_eff, 3),
+        allreduce_latency_us=link.allreduce_latency_us,
+        allreduce_gbps=link.allreduce_gbps,
     )
     err = np.abs(predict(pts, params) - meas) / meas
     by_source = {

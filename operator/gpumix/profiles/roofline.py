@@ -4,15 +4,22 @@ Decode is memory-bound: one step reads the weights and every running request's K
 compute-bound (linear layers plus quadratic attention). With vLLM-style continuous batching and no
 chunked prefill, a request's latency with B requests running is L = O·d(B) + B·p(I) (its O decode
 steps plus the prefills of the requests that arrive meanwhile), so TPOT = L/O and, by Little's law,
-the rate is B/L. MaxTput(SLO) (Mélange §5.3) is the best rate over batch sizes whose TPOT meets the
-SLO and whose KV cache fits. The efficiencies are calibrated per GPU type against measured step
-times (`gpumix.profiles.calibration`); types without measurements use round defaults. For
-mixture-of-experts and sliding-window models, what a step reads and computes comes from
-`gpumix.profiles.shape.ModelShape` (the experts its tokens are routed to, windowed layers).
+the rate is B/L. A replica of k > 1 GPUs (tensor parallelism, Megatron-LM's split) divides
+both over its GPUs and adds two all-reduces of the step's activations per layer, each a ring of
+2(k − 1) steps (`allreduce_s`): at decode they are latency-bound, so k = 8 decodes barely faster
+than k = 4 (Splitwise's DGX measurements). MaxTput(SLO) (Mélange §5.3) is the best rate over batch
+sizes whose TPOT meets the SLO and whose KV cache fits. The efficiencies are calibrated per GPU
+type against measured step times (`gpumix.profiles.calibration`); types without measurements use
+round defaults (their all-reduce: the L4's, PCIe). For mixture-of-experts and sliding-window
+models, what a step reads and computes comes from `gpumix.profiles.shape.ModelShape` (the experts
+its tokens are routed to, windowed layers).
 """
 
 import itertools
+from typing import TypeVar
 
+import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpumix import __version__
@@ -23,6 +30,8 @@ from gpumix.profiles.models import ModelShape
 from gpumix.profiles.vllm import ASSUMED
 
 GIB = 1024**3
+
+Num = TypeVar("Num", float, npt.NDArray[np.float64])
 
 
 class RooflineParams(BaseModel):
@@ -38,20 +47,48 @@ class RooflineParams(BaseModel):
     max_num_seqs: int = Field(
         default=ASSUMED.max_num_seqs, ge=1, description="As the pods run vLLM (batch limit)."
     )
+    allreduce_latency_us: float = Field(
+        default=56.0, ge=0, description="Per ring step of a tensor-parallel all-reduce, µs."
+    )
+    allreduce_gbps: float = Field(
+        default=4.0, gt=0, description="Bus bandwidth a tensor-parallel all-reduce reaches, GB/s."
+    )
 
 
 CALIBRATED: dict[str, RooflineParams] = {
-    gpu: RooflineParams(bandwidth_efficiency=bw, compute_efficiency=cp)
-    for gpu, bw, cp in (
-        ("l4", 0.70, 0.45),
-        ("a100-40gb", 0.68, 0.91),
-        ("a100-80gb", 0.67, 0.65),
-        ("a40", 0.76, 0.64),
-        ("h100", 0.62, 0.55),
-    )
+    "l4": RooflineParams(
+        bandwidth_efficiency=0.71,
+        compute_efficiency=0.45,
+        allreduce_latency_us=56.0,
+        allreduce_gbps=4.0,
+    ),
+    "a100-40gb": RooflineParams(bandwidth_efficiency=0.68, compute_efficiency=0.91),
+    "a100-80gb": RooflineParams(
+        bandwidth_efficiency=0.70,
+        compute_efficiency=0.64,
+        allreduce_latency_us=14.0,
+        allreduce_gbps=80.0,
+    ),
+    "a40": RooflineParams(bandwidth_efficiency=0.76, compute_efficiency=0.64),
+    "h100": RooflineParams(
+        bandwidth_efficiency=0.66,
+        compute_efficiency=0.59,
+        allreduce_latency_us=10.0,
+        allreduce_gbps=100.0,
+    ),
 }
-"""Efficiencies fitted to measurements by `gpumix.profiles.calibration.fit_all` (a unit test keeps
-them in sync); other GPU types use the defaults."""
+"""Efficiencies (and, where multi-GPU replicas were measured, the all-reduce's latency and bus
+bandwidth) fitted to measurements by `gpumix.profiles.calibration.fit_all` (a unit test keeps
+them in sync); other GPU types use the defaults, whose all-reduce is the L4's (PCIe)."""
+
+
+def allreduce_s(gpus: Num, allreduces: Num, payload_bytes: Num, params: RooflineParams) -> Num:
+    """Time of `allreduces` ring all-reduces of `payload_bytes` each over `gpus` GPUs: 2(k − 1)
+    steps, each paying the link latency and sending 1/k of the payload (0 on one GPU). Works
+    elementwise on arrays (the calibration's grid search)."""
+    ring = 2 * (gpus - 1)
+    step = params.allreduce_latency_us * 1e-6 + payload_bytes / gpus / (params.allreduce_gbps * 1e9)
+    return allreduces * ring * step
 
 
 def params_for(gpu: str) -> RooflineParams:
@@ -78,6 +115,8 @@ class Roofline:
         self._kv_token = model.kv_bytes_per_token
         self._kv_window = model.kv_window_bytes
         self._flop_token = 2 * model.flop_params_b * 1e9
+        self._allreduces = 2 * model.layers
+        self._activation_bytes = model.hidden * model.bytes_per_value
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -91,7 +130,7 @@ class Roofline:
         read = self._weight_read(batch) + batch * mean_context * self._kv_token
         read += batch * self._kv_window
         compute = self._flop_token * batch
-        return self._overhead_s + max(read / self._bw, compute / self._flops)
+        return self._overhead_s + max(read / self._bw, compute / self._flops) + self._comm_s(batch)
 
     def _weight_read(self, tokens: float) -> float:
         return self.model.weight_read_bytes(tokens) if self._weights is None else self._weights
@@ -99,7 +138,14 @@ class Roofline:
     def prefill_s(self, tokens: float) -> float:
         compute = self._flop_token * tokens + self.model.attention_flops(tokens**2, tokens)
         read = self._weight_read(tokens)
-        return self._overhead_s + max(compute / self._flops, read / self._bw)
+        return self._overhead_s + max(compute / self._flops, read / self._bw) + self._comm_s(tokens)
+
+    def _comm_s(self, tokens: float) -> float:
+        """A step's tensor-parallel all-reduces: two per layer, of `tokens` activations each."""
+        if self.gpus == 1:
+            return 0.0
+        payload = tokens * self._activation_bytes
+        return allreduce_s(float(self.gpus), float(self._allreduces), payload, self.p)
 
     def step_s(
         self,
@@ -121,7 +167,7 @@ class Roofline:
         compute = self._flop_token * tokens
         if prefill_tokens:
             compute += self.model.attention_flops(prefill_attention, prefill_tokens)
-        return self._overhead_s + max(read / self._bw, compute / self._flops)
+        return self._overhead_s + max(read / self._bw, compute / self._flops) + self._comm_s(tokens)
 
     def alone_s(self, input_tokens: int, output_tokens: int) -> tuple[float, float]:
         """(TTFT, TPOT) of one request on an idle replica: its prefill gives the first token,

@@ -132,7 +132,7 @@ def test_a_generation_that_changed_only_the_rate_searches_from_the_factors_kept(
     assert derating.basis == first.status.derating.basis
     state, reason, message = cond(warm.status, "SLOAtRisk")
     assert (state, reason) == ("False", "OnTarget")
-    assert message.endswith("(MaxTput derated: a100-80gb ×0.75, a10g ×0.75)")
+    assert message.endswith("(MaxTput derated: a100-80gb ×0.75, a10g ×0.75, l4 ×0.6)")
 
     del changed["status"]["derating"]["basis"]
     solves.clear()
@@ -142,7 +142,7 @@ def test_a_generation_that_changed_only_the_rate_searches_from_the_factors_kept(
 
 
 def test_an_unreachable_target_gets_the_highest_attainment_capacity_allows() -> None:
-    """1 req/s on the 4 L4s alone: l4×3 at 86.5%, l4×4 at 98.2%; a fifth L4 does not exist,
+    """1 req/s on the 4 L4s alone: l4×3 at 90.9%, l4×4 at 98.5%; a fifth L4 does not exist,
     and the round that would need it (traffic unserved) is not applied."""
     body = service("chat", 1, "t0", pools=["l4"])
     first = chat(body, rounds=0)
@@ -154,7 +154,7 @@ def test_an_unreachable_target_gets_the_highest_attainment_capacity_allows() -> 
     state, reason, message = cond(looped.status, "SLOAtRisk")
     assert (state, reason) == ("True", "BelowTarget")
     assert message.startswith(f"predicted attainment {after:.2%} is below the target 99%: l4: ")
-    assert message.endswith("(MaxTput derated in 1 round: l4 ×0.75)")
+    assert message.endswith("(MaxTput derated in 1 round: l4 ×0.872)")
     assert "SLOAtRisk" in [e.reason for e in looped.events]
 
 
@@ -197,7 +197,7 @@ def test_a_search_runs_to_its_end_in_one_pass_and_later_passes_change_nothing() 
     """Two services derated within the pools they share, one round allowed (a search cut
     short, as a longer one is by MAX_ROUNDS): the second pass, with the first's statuses and
     its plan running, plans the same replicas and reports no change."""
-    bodies = [service("chat", 5.5, "t0"), service("small", 2, "t1", pools=["a10g", "l4"])]
+    bodies = [service("chat", 5.5, "t0"), service("small", 1, "t1", pools=["a10g", "l4"])]
     first = planned(*bodies, rounds=1)
     again = planned(
         *(with_status(b, first.services[("default", b["metadata"]["name"])]) for b in bodies),
@@ -327,7 +327,7 @@ def test_a_changed_service_is_searched_alone_and_the_fleet_solved_twice(
     capacity the others leave, then the fleet is solved once with the factors found and its
     replicas pinned to the plan its search chose. The plan is the one the joint rounds reach,
     each of which solves the fleet."""
-    bodies = [service("chat", 5.5, "t0"), service("small", 2, "t1", pools=["a10g", "l4"])]
+    bodies = [service("chat", 5.5, "t0"), service("small", 1.5, "t1", pools=["a10g", "l4"])]
     first = planned(*bodies)
     again = [with_status(bodies[0], first.services[KEY]), changed_weight(bodies[1], first)]
     solves.clear()
@@ -391,7 +391,7 @@ def test_a_plan_rolling_out_is_kept_while_what_runs_moves_towards_it(
     monkeypatch.setattr(cluster, "solve_joint", counted)
     monkeypatch.setattr(cluster, "_solved", DigestCache(cluster.SOLVES_KEPT))
     monkeypatch.setattr(cluster, "_rolling", DigestCache(cluster.SOLVES_KEPT))
-    bodies = [service("chat", 5.5, "t0"), service("small", 2, "t1", pools=["a10g", "l4"])]
+    bodies = [service("chat", 5.5, "t0"), service("small", 1, "t1", pools=["a10g", "l4"])]
     first = planned(*bodies)
     assert solved
     again = [with_status(b, first.services[("default", b["metadata"]["name"])]) for b in bodies]
