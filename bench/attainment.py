@@ -59,7 +59,8 @@ from gpumix.plan import Formulation, UnservableBucketError, solve
 from gpumix.plan.errors import check_servable
 from gpumix.problem import ServiceProblem, build_problem, replica_fits
 from gpumix.profiles import CATALOG
-from gpumix.profiles.models import model_shape
+from gpumix.profiles.catalog import GPUType
+from gpumix.profiles.models import ModelShape, model_shape
 from gpumix.profiles.roofline import estimate_profile
 from gpumix.sim.scenario import PlanChoice, RouterName, TrafficSpec, simulate_service
 
@@ -176,35 +177,38 @@ def load_pools() -> list[GPUPool]:
     return load_inputs([SAMPLES / "gpupools.yaml"]).pools
 
 
-_PROFILES: dict[tuple[str, str], list[GPUProfile]] = {}
+_PROFILES: dict[tuple[str, str, int | None], list[GPUProfile]] = {}
 
 
 def profiles_for(
-    model: str, shape_name: str, shape: Shape, pools: list[GPUPool]
+    model: str, shape_name: str, shape: Shape, pools: list[GPUPool], max_tp: int | None = None
 ) -> list[GPUProfile]:
-    """Roofline profiles of `model` on the shape's grid for each pool's GPU type, at the smallest
-    TP degree that holds the model; made once per (model, shape) in each process."""
-    key = (model, shape_name)
+    """Roofline profiles of `model` on the shape's grid for each pool's GPU type, at every TP
+    degree whose memory holds the model, up to `max_tp` (none: up to 8); made once per
+    (model, shape, max_tp) in each process."""
+    key = (model, shape_name, max_tp)
     if key not in _PROFILES:
         shape_m = model_shape(MODELS[model])
-        out = []
-        for gpu_name in sorted({p.spec.gpu_type for p in pools}):
-            gpu = CATALOG[gpu_name]
-            k = next((k for k in TP_DEGREES if replica_fits(gpu, shape_m, k)), None)
-            if k is None:
-                continue
-            out.append(
-                estimate_profile(
-                    gpu,
-                    shape_m,
-                    input_edges=shape.input_edges,
-                    output_edges=shape.output_edges,
-                    tpots_ms=list(TPOTS_MS),
-                    gpus=k,
-                )
+        _PROFILES[key] = [
+            estimate_profile(
+                CATALOG[gpu_name],
+                shape_m,
+                input_edges=shape.input_edges,
+                output_edges=shape.output_edges,
+                tpots_ms=list(TPOTS_MS),
+                gpus=k,
             )
-        _PROFILES[key] = out
+            for gpu_name in sorted({p.spec.gpu_type for p in pools})
+            for k in tp_degrees(CATALOG[gpu_name], shape_m, max_tp)
+        ]
     return _PROFILES[key]
+
+
+def tp_degrees(gpu: GPUType, model: ModelShape, max_tp: int | None) -> list[TPDegree]:
+    """The TP degrees a GPU type is profiled at: every one whose memory holds the model, up to
+    `max_tp` times the smallest (None: all up to 8)."""
+    fit = [k for k in TP_DEGREES if replica_fits(gpu, model, k)]
+    return [k for k in fit if max_tp is None or k <= fit[0] * max_tp]
 
 
 # --- planners ---------------------------------------------------------------------------------
@@ -286,6 +290,8 @@ class Settings:
     seed: int
     router: RouterName
     baseline: bool
+    max_tp: int | None = None
+    """Profile TP degrees up to this multiple of the smallest that holds the model (None: all)."""
 
 
 @dataclass(frozen=True)
@@ -421,7 +427,7 @@ def equal_attainment_baseline(ctx: Context, settings: Settings) -> dict[str, Any
 def run_case(case: Case, planners: list[str], settings: Settings) -> dict[str, Any]:
     shape = _SHAPES[case.shape]
     pools = load_pools()
-    profiles = profiles_for(case.model, case.shape, shape, pools)
+    profiles = profiles_for(case.model, case.shape, shape, pools, settings.max_tp)
     service = make_service(case, shape)
     row: dict[str, Any] = {
         "case": case.name,
@@ -688,6 +694,12 @@ def main() -> int:
     parser.add_argument(
         "--no-baseline", action="store_true", help="skip the equal-attainment baseline search"
     )
+    parser.add_argument(
+        "--max-tp",
+        type=int,
+        help="profile TP degrees up to this multiple of the smallest that holds the model "
+        "(default: every degree up to 8; 1: the smallest only)",
+    )
     args = parser.parse_args()
     t_start = time.perf_counter()
     load_start = os.getloadavg()
@@ -703,7 +715,9 @@ def main() -> int:
         cases = [c for c in cases if c.name.startswith(QUICK_CASES)]
     if args.cases:
         cases = [c for c in cases if args.cases in c.name]
-    settings = Settings(args.target, requests, args.seed, args.router, not args.no_baseline)
+    settings = Settings(
+        args.target, requests, args.seed, args.router, not args.no_baseline, args.max_tp
+    )
     work: list[Work] = [(c, planners, settings) for c in cases]
     if args.jobs > 1:
         with multiprocessing.get_context("fork").Pool(args.jobs, _init_worker) as pool:
@@ -742,6 +756,7 @@ def main() -> int:
                 "jobs": args.jobs,
                 "router": args.router,
                 "baseline": not args.no_baseline,
+                "max_tp": args.max_tp,
                 "over_provision": OVER_PROVISION,
                 "cap": f"max(start, min({CAP_FACTOR} × start, {CAP_REPLICAS}))",
             },

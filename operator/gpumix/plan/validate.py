@@ -14,6 +14,10 @@ from gpumix.plan.result import Allocation
 LOAD_CHECK_TOL = 1e-6
 """Load may exceed the count by this much per unit (and by this much with no unit): solver
 tolerances are ~1e-7, and relative to the row, so 4000 units may carry a load of 4000.000001."""
+INTEGRALITY_TOL = 1e-6
+"""How far from an integer the MIP solvers accept a count (HiGHS's `mip_feasibility_tolerance`,
+CBC's `integerTolerance`): the objective may differ from the rounded counts' cost by this much
+per unit of each option's price."""
 ASSIGN_REL_TOL = 1e-6
 """Share of a bucket's demand that may be missing from (or doubled on) the types with units.
 Relative to that bucket's demand, so a bucket of 1e-8 req/s, whose whole load would fit inside
@@ -105,7 +109,8 @@ def validate_allocation(
     if not math.isclose(allocation.cost_per_hour, cost, rel_tol=1e-9, abs_tol=1e-9):
         problems.append(f"cost_per_hour {allocation.cost_per_hour} != Σ counts·cost = {cost}")
     objective = allocation.result.objective
-    if objective is not None and not math.isclose(objective, cost, rel_tol=1e-6, abs_tol=1e-6):
+    slack = INTEGRALITY_TOL * sum(g.cost_per_hour for g in instance.gpus)
+    if objective is not None and not math.isclose(objective, cost, rel_tol=1e-6, abs_tol=slack):
         problems.append(f"solver objective {objective} != cost of rounded counts {cost}")
     return problems
 

@@ -15,6 +15,7 @@ import pytest
 from plan_helpers import instance
 
 from gpumix.plan import Allocation, AllocationInstance, SolveResult, validate_allocation
+from gpumix.plan.validate import INTEGRALITY_TOL
 
 INST = instance(
     [[2.0, 0.0], [1.0, 3.0]],
@@ -189,3 +190,16 @@ def test_the_load_tolerance_grows_with_the_units() -> None:
     assert validate_allocation(one, plan({"g": [[1.0]]}, {"g": 1}, one)) == [
         "g: load 1.00001 exceeds 1 units"
     ]
+
+
+def test_the_objective_may_carry_counts_within_the_integrality_tolerance() -> None:
+    """HiGHS accepts a count of 0.999999 as 1 (a100-80gb×1 read 3.6699961 for a rounded cost of
+    3.67 among 16 options): each count may be that far off at its option's price, unused options
+    included, however cheap the plan; no further."""
+    inst = instance([[1.0]], {"cheap": (1.0, [[4.0]]), "dear": (100.0, [[4.0]])})
+    cheap = plan({"cheap": [[1.0]], "dear": [[0.0]]}, {"cheap": 1, "dear": 0}, inst)
+    slack = INTEGRALITY_TOL * 101
+    for off, ok in ((0.9 * slack, True), (2 * slack, False)):
+        result = cheap.result.model_copy(update={"objective": cheap.cost_per_hour - off})
+        problems = validate_allocation(inst, cheap.model_copy(update={"result": result}))
+        assert (problems == []) is ok, (off, problems)
