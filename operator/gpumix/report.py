@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from gpumix.attainment import PredictedAttainment, PromisedPlan
+from gpumix.attainment import KV_HEADROOM, PredictedAttainment, PromisedPlan
 from gpumix.plan import Allocation, AllocationInstance, Plan
 from gpumix.plan.joint import JointAllocation
 
@@ -169,8 +169,14 @@ def promise_table(
     if p is not None:
         ttft = "" if p.ttft is None else f", TTFT {100 * p.ttft:.2f}%"
         verdict = "meets" if promised.reached else "BELOW"
-        # Below the target, say how much of the shortfall no capacity recovers.
+        # Below the target, say how much of the shortfall no capacity recovers, and name the
+        # pools whose KV cache is past the headroom (the promise fails there at any attainment).
         alone = "" if promised.reached else f"; {100 * p.alone:.2f}% miss even alone"
+        alone += "".join(
+            f"; {pool}'s KV cache {100 * p.pools[pool].kv_usage:.0f}% full on average "
+            f"(at most {100 * KV_HEADROOM:.0f}%)"
+            for pool in p.kv_bound()
+        )
         lines.insert(
             -len(promised.plan.baselines) - 1,
             f"  predicted attainment {100 * p.met:.2f}% ({verdict} the {100 * promised.target:g}% "

@@ -55,6 +55,21 @@ def test_a_plan_below_its_target_says_how_much_misses_even_alone(
     assert 0 < alone < 100 - float(line.split("predicted attainment ")[1].split("%")[0])
 
 
+def test_a_plan_past_the_kv_headroom_says_which_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    """The routable ILP's plan of the demo meets 99% in its prediction, but with its pods' KV
+    cache over half full on average: below the promise, and the line must say why."""
+    args = ["plan", *EXAMPLE, "--planner", "melange", "--formulation", "routable"]
+    assert main(args) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if "predicted attainment" in x)
+    met = float(line.split("predicted attainment ")[1].split("%")[0])
+    assert met >= 99 and "BELOW the 99% target" in line
+    full = [part for part in line.split("; ") if "KV cache" in part]
+    assert full, line
+    for part in full:
+        share = float(part.split("KV cache ")[1].split("%")[0])
+        assert share > 50 and "(at most 50%)" in part, part
+
+
 def test_melange_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "melange.json"
     path.write_text(json.dumps(MELANGE_CONFIG))
