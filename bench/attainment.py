@@ -7,9 +7,12 @@ answers < 256), ``summ`` (inputs 1k–3k, outputs 64–1k), ``gen`` (prompts < 5
 Models: Llama-2 7B, 13B and 70B. Rates 0.5–50 req/s, TPOT SLOs 40–150 ms, a TTFT SLO (1, 2 or
 5 s) on every other case, over-provisioning 0.1 (as chat.yaml). Pools: the four of
 manifests/samples/gpupools.yaml (L4, A10G, A100-80GB, H100 at catalog prices). Profiles: the
-calibrated roofline (`estimate_profile`) on each shape's grid, tables at every TPOT used, at the
-smallest tensor-parallel degree whose memory holds the model (7B: 1 GPU everywhere; 13B: 2 on
-L4/A10G; 70B: 8 on L4/A10G, 2 on A100/H100). A case no pool can serve is skipped and counted.
+calibrated roofline (`estimate_profile`, with tensor parallelism's all-reduces) on each shape's
+grid, tables at every TPOT used, at the smallest tensor-parallel degree whose memory holds the
+model (7B: 1 GPU everywhere; 13B: 2 on L4/A10G; 70B: 8 on L4/A10G, 2 on A100/H100) and at twice
+that (`--max-tp N`: up to N times; 1, the smallest only, as before session 21): a larger replica
+prefills faster, which long prompts with short answers need. A case no pool can serve is skipped
+and counted.
 
 **Per case and planner**: the planner (a function in :data:`PLANNERS`, timed) returns counts and
 the per-bucket share; the plan runs through `simulate_service` (default router ``melange``: the
@@ -32,7 +35,7 @@ start first, and a pool stops as soon as it costs at least the cheapest baseline
 
 Usage: ``.venv/bin/python bench/attainment.py [--json] [--quick] [--planner NAME ...]
 [--target 0.99] [--requests N] [--seed S] [--cases SUBSTR] [--jobs N] [--router R]
-[--no-baseline]``. Costs are the simulated pods' (GPUs × catalog price).
+[--no-baseline] [--max-tp N]``. Costs are the simulated pods' (GPUs × catalog price).
 """
 
 from __future__ import annotations
@@ -177,14 +180,14 @@ def load_pools() -> list[GPUPool]:
     return load_inputs([SAMPLES / "gpupools.yaml"]).pools
 
 
-_PROFILES: dict[tuple[str, str, int | None], list[GPUProfile]] = {}
+_PROFILES: dict[tuple[str, str, int], list[GPUProfile]] = {}
 
 
 def profiles_for(
-    model: str, shape_name: str, shape: Shape, pools: list[GPUPool], max_tp: int | None = None
+    model: str, shape_name: str, shape: Shape, pools: list[GPUPool], max_tp: int = 2
 ) -> list[GPUProfile]:
     """Roofline profiles of `model` on the shape's grid for each pool's GPU type, at every TP
-    degree whose memory holds the model, up to `max_tp` (none: up to 8); made once per
+    degree whose memory holds the model, up to `max_tp` times the smallest; made once per
     (model, shape, max_tp) in each process."""
     key = (model, shape_name, max_tp)
     if key not in _PROFILES:
@@ -204,11 +207,11 @@ def profiles_for(
     return _PROFILES[key]
 
 
-def tp_degrees(gpu: GPUType, model: ModelShape, max_tp: int | None) -> list[TPDegree]:
-    """The TP degrees a GPU type is profiled at: every one whose memory holds the model, up to
-    `max_tp` times the smallest (None: all up to 8)."""
+def tp_degrees(gpu: GPUType, model: ModelShape, max_tp: int) -> list[TPDegree]:
+    """The TP degrees (1, 2, 4, 8) a GPU type is profiled at: every one whose memory holds the
+    model, up to `max_tp` times the smallest."""
     fit = [k for k in TP_DEGREES if replica_fits(gpu, model, k)]
-    return [k for k in fit if max_tp is None or k <= fit[0] * max_tp]
+    return [k for k in fit if k <= fit[0] * max_tp]
 
 
 # --- planners ---------------------------------------------------------------------------------
@@ -290,8 +293,8 @@ class Settings:
     seed: int
     router: RouterName
     baseline: bool
-    max_tp: int | None = None
-    """Profile TP degrees up to this multiple of the smallest that holds the model (None: all)."""
+    max_tp: int = 2
+    """Profile TP degrees up to this multiple of the smallest that holds the model."""
 
 
 @dataclass(frozen=True)
@@ -697,8 +700,9 @@ def main() -> int:
     parser.add_argument(
         "--max-tp",
         type=int,
+        default=2,
         help="profile TP degrees up to this multiple of the smallest that holds the model "
-        "(default: every degree up to 8; 1: the smallest only)",
+        "(default 2; 8: every degree up to 8; 1: the smallest only)",
     )
     args = parser.parse_args()
     t_start = time.perf_counter()
