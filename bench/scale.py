@@ -68,6 +68,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from gpumix.digestcache import DigestCache
@@ -343,6 +344,26 @@ def cache_memory() -> dict[str, Any]:
     return out
 
 
+def promises(decision: rc.ClusterDecision) -> dict[str, Any]:
+    """What a pass's plan promises: services whose status says their SLO is not at risk (the
+    predicted attainment meets the target), the predicted attainment's spread, the fleet's
+    cost."""
+    statuses = [sd.status for sd in decision.services.values()]
+    risk = [next((c for c in s.conditions if c.type == rs.SLO_AT_RISK), None) for s in statuses]
+    met = [s.predicted_attainment for s in statuses if s.predicted_attainment is not None]
+    spread = (
+        {q: round(float(np.percentile(met, p)), 4) for q, p in (("min", 0), ("p10", 10),
+                                                                 ("median", 50))}
+        if met
+        else None
+    )  # fmt: skip
+    return {
+        "on_target": sum(c is not None and c.status.value == "False" for c in risk),
+        "predicted_attainment": spread,
+        "cost_per_hour": round(sum(s.cost_per_hour or 0.0 for s in statuses), 2),
+    }
+
+
 def bound_of(cost: float, gap: float | None) -> float | None:
     return None if gap is None else cost * (1 - gap)
 
@@ -427,6 +448,7 @@ def offline(
         "pass_cold_joint_solves": cold_solves,
         "pass_cold_solve_s": round(cold_solve_s, 3),
         "pass_steady_s": round(steady_s, 3),
+        "steady_promises": promises(steady),
         "pass_steady_solve_s": round(steady_solve_s, 3),
         "pass_change_s": round(change_s, 3),
         "pass_change_solve_s": round(change_cap.solve_s, 3),
@@ -810,6 +832,10 @@ def print_offline(r: dict[str, Any]) -> None:
           f"after one rate change {r['pass_change_s']:.2f} s "
           f"({r['pass_change_solve_s']:.2f} s solving; "
           f"replanned: {r['change_replanned']})")  # fmt: skip
+    p = r["steady_promises"]
+    print(f"  the plan applied: {p['on_target']}/{r['services']} services on target "
+          f"(predicted attainment min / p10 / median {p['predicted_attainment']}), "
+          f"{p['cost_per_hour']:.2f} $/h")  # fmt: skip
     print(f"  plans moved with nothing changed for them: {r['steady_plans_moved']} in the steady "
           f"pass, {r['change_other_plans_moved']} besides the changed service")  # fmt: skip
     print(f"  joint solve alone: {r['joint_s']:.2f} s, {r['joint_status']}, gap "

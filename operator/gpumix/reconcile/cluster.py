@@ -120,13 +120,6 @@ each one solve (of the fleet, or of the service alone after a change) plus one s
 plan it moved (0.2-0.8 s each; cached by what they read): the offline loop's bound. Later
 passes of the same generation spend none."""
 
-SEARCH_ALONE_FROM = 16
-"""Services from which a first pass, where every service searches, searches each alone as a
-change does (:func:`_search_alone`). A joint round derates every service that misses at once
-and ends the search of all of them when one is left short: at 200 services (``bench/scale.py``)
-the first pass left 53 predicted below target, 30 of them never derated, and its 14 joint
-solves took 500 s live."""
-
 log = logging.getLogger("gpumix.planner")
 
 ObjectKey = tuple[str, str]
@@ -558,14 +551,13 @@ def _plan_to_targets(
 ) -> _Targeted:
     """Solve the joint ILP from each service's kept derating, then close the loop
     :func:`gpumix.attainment.plan_to_target` closes offline for the services whose search has
-    not ended (their spec generation is new): jointly (:func:`_search_jointly`) when every
-    service searches, as in the first pass, else each alone in the capacity the others leave
-    (:func:`_search_alone`), as after a change. plan_to_target's refinement (giving back
-    derating a step overdid) is left out: on the sample at 1.5-12 req/s it lowered no plan's
-    cost, and each of its solves would repeat on every pass. A first solve that fails raises,
-    as before the loop; a later round that fails, leaves any service with more traffic
-    unserved than the first, or raises anything else ends the search with the rounds so far:
-    derating may only improve on the first plan."""
+    not ended (their spec generation is new): each alone in the capacity the others leave
+    (:func:`_search_alone`), in the first pass as after a change. plan_to_target's
+    refinement (giving back derating a step overdid) is left out: on the sample at 1.5-12
+    req/s it lowered no plan's cost, and each of its solves would repeat on every pass. A
+    first solve that fails raises, as before the loop; a later round that fails, leaves any
+    service with more traffic unserved than the first, or raises anything else ends the search
+    with the rounds so far: derating may only improve on the first plan."""
     start = {c.key: _kept_derating(c) for c in candidates}
     searching = [c for c in candidates if start[c.key] is None]
     _, rates = _joint_instance(candidates, available, snap.budget_per_hour, {})
@@ -608,9 +600,7 @@ def _plan_to_targets(
                     len(held), exc_info=True)  # fmt: skip
         held.clear()
         first = solved(candidates, available, snap.budget_per_hour, start_step)
-    jointly = len(searching) == len(candidates) < SEARCH_ALONE_FROM
-    search = _search_jointly if jointly else _search_alone
-    final, failed = (first, False) if not DERATING_ROUNDS else search(
+    final, failed = (first, False) if not DERATING_ROUNDS else _search_alone(
         candidates, searching, first, solved, available=available, budget=snap.budget_per_hour
     )  # fmt: skip
     final, pinned = _kept_holding(
@@ -619,8 +609,9 @@ def _plan_to_targets(
     )  # fmt: skip
     # Searched alone, a service's plan was pinned to what its search predicted: kept as well
     # when it holds (one that does not is free to find better).
-    alone = [] if jointly else [c.key for c in searching if _holds(c, final)]
-    kept_on = set(held) | set(pinned) | set(alone)
+    alone = [c.key for c in searching if _holds(c, final)]
+    still = [c.key for c in candidates if _still_kept(c, rates[_demand_name(c.key)], final)]
+    kept_on = set(held) | set(pinned) | set(alone) | set(still)
     if final.factors != first.factors:
         log.info("attainment loop: derating kept: %s",
                  {_demand_name(k): f for k, f in final.factors.items() if f})  # fmt: skip
@@ -649,53 +640,6 @@ Solve = Callable[
 derating rounds) per service and these services' replicas pinned, and its predictions."""
 
 
-def _search_jointly(
-    candidates: list["_Candidate"],
-    searching: list["_Candidate"],
-    first: _Round,
-    solved: Solve,
-    *,
-    available: dict[str, int],
-    budget: float | None,
-) -> tuple[_Round, bool]:
-    """At most ``DERATING_ROUNDS`` joint solves after ``first``: while services are predicted
-    below their target with misses capacity could recover, derate them (:func:`_derate`) and
-    solve the fleet again. Each service keeps the factors of its best round
-    (:func:`_best_round`) and the plan applied is the joint solve with those: that round's plan
-    (cached) when all agree, else one more solve. One solve serves every service's round, which
-    is what a first pass, where all of them search, needs. Returns the round to apply and
-    whether a round failed."""
-    rounds, failed = [first], False
-    for _ in range(DERATING_ROUNDS):
-        step = _derate(searching, rounds[-1])
-        if step is None:
-            break
-        try:
-            trial = solved(candidates, available, budget, step, None)
-        except Exception:  # the plans so far stand; the search is tried again next pass
-            log.warning("derating round %d failed; keeping the plans so far", len(rounds),
-                        exc_info=True)  # fmt: skip
-            failed = True
-            break
-        if not _serves_as_much(trial, first):
-            break  # capacity ran out: derating further only leaves traffic unserved
-        rounds.append(trial)
-    if len(rounds) > 1:
-        log.info("attainment loop: %d joint derating rounds", len(rounds) - 1)
-    best = {c.key: rounds[_best_round(c, rounds)] for c in candidates}
-    factors = {k: r.factors[k] for k, r in best.items()}
-    final = next((r for r in rounds if r.factors == factors), None)
-    if final is None:  # services' best rounds differ: solve their combination once
-        try:
-            steps = {k: r.steps[k] for k, r in best.items()}
-            final = solved(candidates, available, budget, (factors, steps), None)
-        except Exception:
-            log.warning("combining derating rounds failed", exc_info=True)
-        if final is None or not _serves_as_much(final, first):
-            final = max(rounds, key=lambda r: _reached_count(candidates, r))
-    return final, failed
-
-
 def _search_alone(
     candidates: list["_Candidate"],
     searching: list["_Candidate"],
@@ -705,16 +649,20 @@ def _search_alone(
     available: dict[str, int],
     budget: float | None,
 ) -> tuple[_Round, bool]:
-    """The search of the services whose generation is new while the others keep theirs (a
-    change): each, in turn, derated in at most ``DERATING_ROUNDS`` solves of itself alone, in
-    the capacity and budget the others' plans leave it (``first``'s, and the plans the services
-    searched before it found), then one joint solve of the fleet with the factors found and the
-    searched services' replicas pinned to the plans their searches chose: free, that solve
-    placed a service otherwise than any of its rounds (it moved others to make room at a lower
-    cost) and, unpredicted there, it missed its target (offline at 200 services: 92.6%).
-    At 200 services a joint solve took about 1 s and a change 4-6 rounds of it; one service's
-    solve takes milliseconds, and the simulations are the same either way. The fleet's plan
-    is applied when it serves as much as ``first``."""
+    """The search of the services whose generation is new (all of them in a first pass, one
+    after a change): each, in turn, derated in at most ``DERATING_ROUNDS`` solves of itself
+    alone, in the capacity and budget the others' plans leave it (``first``'s, and the plans
+    the services searched before it found), then one joint solve of the fleet with the factors
+    found and the searched services' replicas pinned to the plans their searches chose: free,
+    that solve placed a service otherwise than any of its rounds (it moved others to make room
+    at a lower cost) and, unpredicted there, it missed its target (offline at 200 services:
+    92.6%). Joint rounds, which derated every service that missed at once and solved the fleet
+    each time, ended every service's search when one was left short and then combined each
+    service's best round in a free solve: at 200 services the first pass left 53 predicted
+    below target, at 8 and 14 services 2 and 4 (down to 6.6%), where searching alone left none,
+    3-4× faster. One service's solve takes milliseconds; the simulations are the same either
+    way. The fleet's plan is applied when it serves as much as ``first``; a fleet of one is
+    its best round."""
     plans = {c.key: first.plan.services[_demand_name(c.key)] for c in candidates}
     factors, steps = dict(first.factors), dict(first.steps)
     failed = False
@@ -750,6 +698,8 @@ def _search_alone(
                      len(rounds) - 1)  # fmt: skip
     if factors == first.factors:
         return first, failed
+    if len(candidates) == 1:  # its rounds were solves of the whole fleet
+        return best, failed
     try:
         pinned = {c.key: plans[c.key].counts for c in searching}
         final = solved(candidates, available, budget, (factors, steps), pinned)
@@ -840,11 +790,24 @@ def _moved_off(c: "_Candidate", r: _Round, *, predicted: bool = True) -> dict[st
 def _kept_on(c: "_Candidate", rate: float) -> dict[str, int] | None:
     """The plan in force, pinned: status says a pass kept it at this planned rate
     (`DeratingStatus.kept_at_rate`) and it still holds (:func:`_holding_plan`)."""
+    return _holding_plan(c) if _kept_at(c, rate) else None
+
+
+def _kept_at(c: "_Candidate", rate: float) -> bool:
+    """Status says a pass kept the plan in force at this planned rate."""
     kept = c.previous.derating if c.previous is not None else None
     at = kept.kept_at_rate if kept is not None else None
-    if at is None or abs(at - rate) > 1e-9 * max(1.0, rate):
-        return None
-    return _holding_plan(c)
+    return at is not None and abs(at - rate) <= 1e-9 * max(1.0, rate)
+
+
+def _still_kept(c: "_Candidate", rate: float, r: _Round) -> bool:
+    """A plan kept at this rate that round ``r`` plans again, before it runs (rolling out):
+    still kept, so that status does not drop the mark and the plan is pinned once it runs."""
+    if c.previous is None or not _kept_at(c, rate):
+        return False
+    planned = {a_key(a.pool, a.gpus_per_replica): a.replicas for a in c.previous.allocation}
+    plan = r.plan.services[_demand_name(c.key)].counts
+    return {o: n for o, n in planned.items() if n} == {o: n for o, n in plan.items() if n}
 
 
 def _option_gpus(c: "_Candidate", allocation: ServiceAllocation) -> dict[str, int]:
@@ -958,12 +921,6 @@ def _best_round(c: "_Candidate", rounds: list[_Round]) -> int:
     top = max(met.values())
     pool = reached or [i for i, m in met.items() if m >= top - STALL_GAIN]
     return min(pool, key=lambda i: (round(rounds[i].plan.services[name].cost_per_hour, 6), i))
-
-
-def _reached_count(candidates: list["_Candidate"], r: _Round) -> tuple[int, float]:
-    """Services a round brings to target, then (negated) its cost: the fallback's order."""
-    reached = sum(_holds(c, r) for c in candidates)
-    return reached, -r.plan.cost_per_hour
 
 
 def _derating_status(

@@ -87,6 +87,8 @@ def test_the_next_pass_starts_from_the_kept_derating_and_solves_once(solves: lis
     again = chat(with_status(body, first))
     assert solves == [kept]  # started from the kept factors, on target: no round
     assert again.target == first.target
+    # Searched, its plan holds: kept at its rate, also while it rolls out (nothing runs yet).
+    assert first.status.derating.kept_at_rate == 2
     assert again.status.derating == first.status.derating
     assert again.status.predicted_attainment == first.status.predicted_attainment
     assert again.events == []
@@ -321,12 +323,11 @@ def running_of(d: ClusterDecision) -> dict[tuple[str, str], Running]:
 
 
 def test_a_changed_service_is_searched_alone_and_the_fleet_solved_twice(
-    monkeypatch: pytest.MonkeyPatch, solves: list[str]
+    solves: list[str],
 ) -> None:
     """After a change, only the changed service searches: its rounds solve it alone in the
     capacity the others leave, then the fleet is solved once with the factors found and its
-    replicas pinned to the plan its search chose. The plan is the one the joint rounds reach,
-    each of which solves the fleet."""
+    replicas pinned to the plan its search chose."""
     bodies = [service("chat", 5.5, "t0"), service("small", 1.5, "t1", pools=["a10g", "l4"])]
     first = planned(*bodies)
     again = [with_status(bodies[0], first.services[KEY]), changed_weight(bodies[1], first)]
@@ -339,15 +340,11 @@ def test_a_changed_service_is_searched_alone_and_the_fleet_solved_twice(
     final = JointInstance.model_validate_json(solves[-1]).services
     pins = {s.name: {o.name: o.fixed for o in s.options} for s in final}
     assert pins["default/small"] == alone.services[("default", "small")].target
-    assert set(pins["default/chat"].values()) == {None}  # its search had ended: free
-    monkeypatch.setattr(cluster, "_search_alone", cluster._search_jointly)
-    solves.clear()
-    jointly = planned(*again, running=running_of(first))
-    assert len(solves) == 1 + derating.rounds  # each round a solve of both services
-    for key, sd in jointly.services.items():
-        assert alone.services[key].target == sd.target, key
-        assert alone.services[key].status.cost_per_hour == sd.status.cost_per_hour, key
-        assert alone.services[key].status.derating == sd.status.derating, key
+    # chat's search had ended on a plan that holds, which runs: kept there at its rate.
+    assert first.services[KEY].status.derating is not None
+    assert first.services[KEY].status.derating.kept_at_rate == 5.5
+    kept = {o: n for o, n in (first.services[KEY].target or {}).items() if n}
+    assert {o: n for o, n in pins["default/chat"].items() if n} == kept
 
 
 def test_a_service_searched_alone_never_takes_another_services_capacity(
@@ -413,13 +410,10 @@ def test_a_plan_rolling_out_is_kept_while_what_runs_moves_towards_it(
     assert solved == [2]
 
 
-def test_a_first_pass_of_a_fleet_searches_each_service_alone(
-    monkeypatch: pytest.MonkeyPatch, solves: list[str]
-) -> None:
-    """From ``SEARCH_ALONE_FROM`` services (lowered to 2 here) a first pass searches as a
-    change does: each service's rounds solve it alone, then the fleet once with every searched
-    service pinned. Both services reach their target within the pools, as jointly."""
-    monkeypatch.setattr(cluster, "SEARCH_ALONE_FROM", 2)
+def test_a_first_pass_of_a_fleet_searches_each_service_alone(solves: list[str]) -> None:
+    """A first pass searches as a change does: each service's rounds solve it alone, then the
+    fleet once with every searched service pinned. Both services reach their target within
+    the pools."""
     d = planned(service("chat", 5.5, "t0"), service("small", 2, "t1", pools=["a10g", "l4"]))
     rounds = {k: sd.status.derating.rounds for k, sd in d.services.items() if sd.status.derating}
     assert set(rounds) == {KEY, ("default", "small")} and all(rounds.values())
@@ -451,6 +445,7 @@ def test_a_service_is_not_moved_off_a_plan_that_holds_onto_one_predicted_to_miss
     cheapest = {o: n for o, n in (first.target or {}).items() if n}
     runs = {**cheapest, "a10g": cheapest.get("a10g", 0) + 2}
     body = with_status(service("chat", 5.5, "t0"), first)
+    del body["status"]["derating"]["keptAtRate"]  # a plan that holds, not (yet) kept
     for a in body["status"]["allocation"]:
         a["replicas"] = runs[a["pool"]]
     body["status"]["conditions"] = [
