@@ -60,8 +60,8 @@ pytestmark = pytest.mark.e2e
 
 NO_CHURN = {"churn": {"penalty": 0}, "slo": {"tpotMs": 120, "attainmentTarget": 0.5}}
 LOW, HIGH = 4.0, 5.0
-"""req/s of the chat sample whose plans differ, a100-80gb×1 + l4×2 and a100-80gb×2 (the move is
-a make-before-break rollout: one pool grows, the other goes)."""
+"""req/s of the chat sample whose plans differ, a100-80gb×1 + l4×1 and a100-80gb×1 + a10g×3 (the
+move is a make-before-break rollout: one pool grows, another goes)."""
 DOWN_S = 3.0
 """How long a restarted control-plane component stays down."""
 CONVERGE_S = 180.0

@@ -57,9 +57,9 @@ def test_service_gets_planned_deployments_running_on_their_pools(env: Env) -> No
 
 
 def test_rate_change_replans_make_before_break(env: Env) -> None:
-    # No churn penalty: the 5 req/s plan (a100-80gb×2) moves replicas between pools from the 4
-    # req/s one (a100-80gb×1 + l4×2). A target the plans meet keeps the attainment loop to the
-    # KV-cache headroom: this is about the rollout.
+    # No churn penalty: the 5 req/s plan (a100-80gb×1 + a10g×3) moves replicas between pools
+    # from the 4 req/s one (a100-80gb×1 + l4×1). A target the plans meet keeps the attainment
+    # loop to the KV-cache headroom: this is about the rollout.
     no_churn = {"churn": {"penalty": 0}, "slo": {"tpotMs": 120, "attainmentTarget": 0.5}}
     env.apply(env.service("chat", 4, **no_churn))
     env.wait_condition("chat", "Ready", "True", "Serving", timeout=120)

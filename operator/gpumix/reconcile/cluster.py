@@ -764,15 +764,16 @@ def _kept_holding(
 
 
 def _holding_plan(c: "_Candidate") -> dict[str, int] | None:
-    """The plan in force, when it has rolled out (what runs) and status predicts it to hold
-    the target (SLOAtRisk False); else ``None``."""
+    """The plan in force, when it has rolled out (what runs and is ready: replicas whose nodes
+    are gone are not) and status predicts it to hold the target (SLOAtRisk False); else
+    ``None``."""
     previous = c.previous
     if previous is None:
         return None
     risk = condition(previous.conditions, SLO_AT_RISK)
     if risk is None or risk.status != ConditionStatus.FALSE:
         return None
-    runs = {o: n for o, n in c.running.replicas.items() if n}
+    runs = {o: n for o, n in c.running.ready.items() if n}
     planned = {a_key(a.pool, a.gpus_per_replica): a.replicas for a in previous.allocation}
     return runs if runs and runs == {o: n for o, n in planned.items() if n} else None
 

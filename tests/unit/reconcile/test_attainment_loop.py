@@ -16,7 +16,7 @@ from gpumix.reconcile import cluster
 from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
 from gpumix.reconcile.service import Running, ServiceDecision
 
-from .test_cluster_pass import cond, profiles, service, snap
+from .test_cluster_pass import cond, nodes, profiles, service, snap
 
 KEY = ("default", "chat")
 A10G_ONLY = {"pools": ["a10g"]}
@@ -497,3 +497,22 @@ def test_a_service_is_not_moved_off_a_plan_that_holds_onto_one_predicted_to_miss
     solves.clear()
     assert planned(body, running=running).services[KEY].target == kept.target
     assert len(solves) == 2
+
+
+def test_a_kept_plan_whose_replicas_are_not_ready_is_not_pinned() -> None:
+    """Jiang App. M's GPU drop on a plan kept at its rate: the A100 nodes go, the Deployment
+    still asks for its replicas but none is ready, and the plan moves to the H100 pool (pinned
+    to what no longer runs, it stayed on the A100s for good)."""
+    body = service("chat", 5.5, "t0", pools=["a100-80gb", "h100"])
+    first = chat(body)
+    assert first.target is not None and first.status.derating is not None
+    a100 = {o: n for o, n in first.target.items() if n}
+    assert a100 == {"a100-80gb": 2} and first.status.derating.kept_at_rate == 5.5
+    kept = with_status(body, first)
+    ran = chat(kept, running={KEY: Running(replicas=a100, ready=a100)})
+    assert {o: n for o, n in (ran.target or {}).items() if n} == a100
+    gone = nodes({"l4": 4, "a10g": 4, "h100": 2})
+    moved = chat(with_status(body, ran), running={KEY: Running(replicas=a100, ready={})},
+                 nodes=gone)  # fmt: skip
+    assert {o: n for o, n in (moved.target or {}).items() if n} == {"h100": 1}
+    assert moved.status.derating is not None and moved.status.derating.kept_at_rate is None
