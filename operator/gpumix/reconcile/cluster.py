@@ -52,6 +52,8 @@ from gpumix.attainment import (
     derate_step,
     derated,
     stalled,
+    with_alone_misses,
+    within_alone_misses,
 )
 from gpumix.digestcache import DigestCache
 from gpumix.manifests import describe
@@ -429,6 +431,13 @@ def _prepare(
         problem = with_rates(problem, service.spec.workload)
     prev_cal = prev_status.calibration if prev_status is not None else None
     problem = scaled(problem, factor_of(service.spec.scaling.calibration, prev_cal))
+    if problem.instance is not None and shape is not None:  # the joint ILP has no alone-miss
+        # budget: a filter (an unknown model's plan comes from its GPUProfiles alone)
+        filled = with_alone_misses(
+            service, pools, profiles, problem.instance, shape, choices=problem.choices
+        )
+        target = service.spec.slo.attainment_target
+        problem = problem.model_copy(update={"instance": within_alone_misses(filled, target)})
     excluded = "; ".join(f"{p}: {why}" for p, why in problem.excluded.items())
     reason = _unplannable(problem, excluded)
     if reason is not None:
