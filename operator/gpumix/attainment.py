@@ -54,7 +54,7 @@ from gpumix.problem import PoolChoice, build_problem
 from gpumix.profiles import gpu_type
 from gpumix.profiles.models import ModelShape, model_shape
 from gpumix.profiles.roofline import Roofline
-from gpumix.sim.scenario import PlanChoice, TrafficSpec, simulate_service
+from gpumix.sim.scenario import PlanChoice, RouterName, SimRun, TrafficSpec, simulate_service
 
 DEFAULT_TARGET = 0.99
 PREDICTION_REQUESTS = 3000
@@ -127,16 +127,35 @@ def predict(
 ) -> PredictedAttainment:
     """Attainment of ``allocation`` simulated with Poisson arrivals at the service's rate and
     sizes from its histogram, routed by the routing core, on pods of the model's ``shape``
-    (from its config.json; default: the built-in shape of its name)."""
+    (from its config.json; default: the built-in shape of its name).
+
+    A plan of several options is simulated twice, its router once guessing each output length
+    (the running mean of its input row, App. A.2: clients that send no ``max_tokens``) and once
+    knowing it (a ``max_tokens`` as tight as the answer caps the guess), and the worse of the
+    two is its promise: the guess sends the short answers of a row that mostly answers long
+    to the pool planned for long ones, and so spares the pool their bucket was planned on. The
+    chat sample at 4 req/s on a100-80gb×1 + l4×1 met 98.6% guessing; the router of the live
+    e2e test, whose requests carry their true length as ``max_tokens``, met 58.7%, and knowing
+    the lengths the simulator agrees: the L4 meets 71% of its requests, 90% overall."""
+    options = [o for o, n in allocation.counts.items() if n > 0]
+    routers: tuple[RouterName, ...] = ("melange",) if len(options) < 2 else ROUTERS
+    plan = PlanChoice(counts=allocation.counts, share=allocation.share)
+    traffic = TrafficSpec(requests=requests, seed=seed)
+    runs = [
+        simulate_service(service, pools, profiles, traffic, plan=plan, router=r, shape=shape)
+        for r in routers
+    ]
+    return min((_attainment(service, run) for run in runs), key=lambda p: p.met)
+
+
+ROUTERS: tuple[RouterName, ...] = ("melange", "melange-oracle")
+"""The routing core guessing output lengths and knowing them: what a mixed plan is promised
+under (:func:`predict`)."""
+
+
+def _attainment(service: LLMService, run: SimRun) -> PredictedAttainment:
+    """What ``run``'s requests met of ``service``'s SLO, overall and per pool."""
     ttft_ms = service.spec.slo.ttft_ms
-    run = simulate_service(
-        service,
-        pools,
-        profiles,
-        TrafficSpec(requests=requests, seed=seed),
-        plan=PlanChoice(counts=allocation.counts, share=allocation.share),
-        shape=shape,
-    )
     tpot_s = service.spec.slo.tpot_ms / 1e3
     ttft_s = None if ttft_ms is None else ttft_ms / 1e3
     met: defaultdict[str, int] = defaultdict(int)
