@@ -14,10 +14,12 @@ that (`--max-tp N`: up to N times; 1, the smallest only, as before session 21): 
 prefills faster, which long prompts with short answers need. A case no pool can serve is skipped
 and counted.
 
-**Per case and planner**: the planner (a function in :data:`PLANNERS`, timed) returns counts and
-the per-bucket share; the plan runs through `simulate_service` (default router ``melange``: the
-gpumix routing core with the plan's share and App. A.2's output prediction; ``--router
-melange-oracle`` knows each request's output length, a diagnostic), Poisson arrivals at the
+**Per case and planner**: the planner (a function in :data:`PLANNERS`, timed: ``melange``, the
+paper's ILP; ``slo``, `gpumix plan`'s default; ``operator``, what the operator applies for the
+service alone in a cluster) returns counts and the per-bucket share; the plan runs through
+`simulate_service` (default router ``melange``: the gpumix routing core with the plan's share
+and App. A.2's output prediction; ``--router melange-oracle`` knows each request's output
+length, as a ``max_tokens`` as long as the answer lets the router), Poisson arrivals at the
 service's rate, `--requests` requests, seed `--seed` (the same traffic for every plan). Recorded:
 attainment of TPOT, TTFT (where the case sets one) and both; the case's attainment is "both"
 where a TTFT SLO is set, else TPOT; cost, mix, mixed (≥ 2 pools) or single-type, utilisation.
@@ -65,6 +67,8 @@ from gpumix.profiles import CATALOG
 from gpumix.profiles.catalog import GPUType
 from gpumix.profiles.models import ModelShape, model_shape
 from gpumix.profiles.roofline import estimate_profile
+from gpumix.reconcile.capacity import NodeInfo
+from gpumix.reconcile.cluster import Snapshot, plan_cluster
 from gpumix.sim.scenario import PlanChoice, RouterName, TrafficSpec, simulate_service
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -266,7 +270,45 @@ def plan_slo(
     return PlanOutcome(dict(alloc.counts), alloc.share, alloc.cost_per_hour, promised.predicted.met)
 
 
-PLANNERS: dict[str, Planner] = {"melange": plan_melange, "slo": plan_slo}
+OPERATOR_NODES = 64
+"""Nodes of 8 GPUs per pool the ``operator`` planner's cluster has: more than any case uses."""
+OPERATOR_NOW = "2026-01-01T00:00:00Z"
+
+
+def plan_operator(
+    service: LLMService, pools: list[GPUPool], profiles: list[GPUProfile], target: float
+) -> PlanOutcome | None:
+    """What the operator applies for this service alone in a cluster with these pools (a first
+    pass of `gpumix.reconcile.cluster.plan_cluster`): the joint ILP, with the MaxTput of
+    options where requests miss even alone filtered (`within_alone_misses`), searched alone
+    and derated until its prediction (seed 1, as `slo`'s) reaches the target."""
+    body = service.model_dump(by_alias=True, mode="json", exclude_none=True)
+    body["metadata"] = {"name": "svc", "namespace": "bench", "uid": "bench", "generation": 1,
+                        "creationTimestamp": OPERATOR_NOW}  # fmt: skip
+    body["spec"]["slo"]["attainmentTarget"] = target
+    nodes = [
+        NodeInfo(name=f"{p.name}-{i}", labels=dict(p.spec.node_selector), allocatable_gpus=8)
+        for p in pools
+        for i in range(OPERATOR_NODES)
+    ]
+    dump = [
+        o.model_dump(by_alias=True, mode="json", exclude_none=True) for o in (*pools, *profiles)
+    ]
+    snap = Snapshot(
+        services=[body], pools=dump[: len(pools)], profiles=dump[len(pools) :], nodes=nodes,
+        pods=[], running={}, autoscalers={}, now=OPERATOR_NOW,
+    )  # fmt: skip
+    sd = plan_cluster(snap).services[("bench", "svc")]
+    counts = {o: n for o, n in (sd.target or {}).items() if n}
+    if not counts:
+        return None
+    share = {o: sd.shares[o] for o in counts}
+    return PlanOutcome(
+        counts, share, sd.status.cost_per_hour or 0.0, sd.status.predicted_attainment
+    )
+
+
+PLANNERS: dict[str, Planner] = {"melange": plan_melange, "slo": plan_slo, "operator": plan_operator}
 """Planners by name (`--planner NAME`); register another one here to compare it, or name it
 on the command line as ``--planner package.module:function`` (imported in each process)."""
 
