@@ -182,10 +182,41 @@ def test_derating_never_takes_another_services_capacity() -> None:
 def test_misses_no_capacity_recovers_are_not_derated_for(
     monkeypatch: pytest.MonkeyPatch, solves: list[str], alone: float, solved: int
 ) -> None:
-    """95% met: when the other 5% miss even alone, derating would only add replicas."""
+    """95% met: when the other 5% miss even alone, derating would only add replicas (as
+    would growing the plan, which has its own test)."""
     monkeypatch.setattr(cluster, "predict_served", lambda *_: predicted(0.95, {}, alone))
+    monkeypatch.setattr(cluster, "GROW_ROUNDS", 0)
     chat(service("chat", 2, "t0", **A10G_ONLY), rounds=1)
     assert len(solves) == solved
+
+
+def grows_to_four(*args: Any) -> PredictedAttainment:
+    """A prediction on target from four A10Gs on, 95% (none of it missing alone) below."""
+    replicas = args[3].counts.get("a10g", 0)
+    met = 0.995 if replicas >= 4 else 0.95
+    return predicted(met, {"a10g": met})
+
+
+def test_a_search_that_ends_short_grows_the_plan_by_a_replica_of_its_worst_pool(
+    monkeypatch: pytest.MonkeyPatch, solves: list[str]
+) -> None:
+    """Derating ended (here: it does nothing) with a10g×3 at 95%: the plan is solved again
+    with one A10G more, pinned, until it reaches the target; a plan that does not is not
+    kept. Growing stops where the pool has no room: with a Batch service on the fourth
+    A10G, chat stays at three (and no solve is spent on a fourth)."""
+    monkeypatch.setattr(cluster, "predict_served", grows_to_four)
+    monkeypatch.setattr(cluster, "_derate", lambda *_: None)
+    grown = chat(service("chat", 2, "t0", **A10G_ONLY))
+    assert grown.target == {"a10g": 4}
+    assert len(solves) == 2
+    assert cond(grown.status, "SLOAtRisk")[:2] == ("False", "OnTarget")
+    assert grown.status.derating is not None and grown.status.derating.kept_at_rate == 2
+    solves.clear()
+    batch = service("other", 0.5, "t1", priority="Batch", **A10G_ONLY)
+    d = planned(service("chat", 2, "t0", **A10G_ONLY), batch)
+    assert d.services[KEY].target == {"a10g": 3}
+    assert len(solves) == 1
+    assert cond(d.services[KEY].status, "SLOAtRisk")[:2] == ("True", "BelowTarget")
 
 
 def test_a_search_ended_for_this_generation_is_not_taken_up_again(solves: list[str]) -> None:
