@@ -570,9 +570,10 @@ def _plan_to_targets(
     start = {c.key: _kept_derating(c) for c in candidates}
     searching = [c for c in candidates if start[c.key] is None]
     _, rates = _joint_instance(candidates, available, snap.budget_per_hour, {})
+    room = dict(available)
     held = {
         c.key: plan for c in candidates
-        if start[c.key] is not None and (plan := _kept_on(c, rates[_demand_name(c.key)]))
+        if start[c.key] is not None and (plan := _kept_on(c, rates[_demand_name(c.key)], room))
     }  # fmt: skip
 
     def solved(
@@ -766,8 +767,13 @@ def _grown(
         )
         caps = [b for b in (budget, spec.budget.max_cost_per_hour if spec.budget else None)
                 if b is not None]  # fmt: skip
-        if used > capacity.get(pool, used) or any(cost > b + 1e-9 for b in caps):
-            return None  # pinned, a replica the pool or a budget has no room for would be bought
+        most = spec.max_replicas
+        if (
+            used > capacity.get(pool, used)
+            or any(cost > b + 1e-9 for b in caps)
+            or (most is not None and sum(counts.values()) > most)
+        ):
+            return None  # pinned, a replica the pool, a budget or maxReplicas has no room for
         try:
             r = solved([c], capacity, budget, (r.factors, r.steps), {c.key: counts})
         except Exception:  # no room for it, or the solver failed: the search's best stands
@@ -862,10 +868,34 @@ def _moved_off(c: "_Candidate", r: _Round, *, predicted: bool = True) -> dict[st
     return plan if plan is not None and moved != plan else None
 
 
-def _kept_on(c: "_Candidate", rate: float) -> dict[str, int] | None:
-    """The plan in force, pinned: status says a pass kept it at this planned rate
-    (`DeratingStatus.kept_at_rate`) and it still holds (:func:`_holding_plan`)."""
-    return _holding_plan(c) if _kept_at(c, rate) else None
+def _kept_on(c: "_Candidate", rate: float, room: dict[str, int]) -> dict[str, int] | None:
+    """The plan in force, pinned, when status says a pass kept it at this planned rate
+    (`DeratingStatus.kept_at_rate`): while it holds (:func:`_holding_plan`), or while it is
+    rolling out, predicted to hold (SLOAtRisk False), into pools with ``room`` for it. Either
+    way its GPUs are taken from ``room``. A plan grown by replicas (:func:`_grown`) is not what
+    the factors kept plan free, so the next pass, before it runs, would drop it; a plan whose
+    nodes went has no room (the GPU drop moves it)."""
+    if not _kept_at(c, rate) or c.previous is None:
+        return None
+    holding = _holding_plan(c)
+    plan = holding
+    if plan is None:
+        risk = condition(c.previous.conditions, SLO_AT_RISK)
+        if risk is None or risk.status != ConditionStatus.FALSE:
+            return None
+        planned = {a_key(a.pool, a.gpus_per_replica): a.replicas for a in c.previous.allocation}
+        plan = {o: n for o, n in planned.items() if n} or None
+    if plan is None or any(o not in c.problem.choices for o in plan):
+        return None
+    need: dict[str, int] = {}
+    for o, n in plan.items():
+        choice = c.problem.choices[o]
+        need[choice.pool] = need.get(choice.pool, 0) + n * choice.gpus_per_replica
+    if holding is None and any(g > room.get(p, 0) for p, g in need.items()):
+        return None
+    for p, g in need.items():
+        room[p] = room.get(p, 0) - g
+    return plan
 
 
 def _kept_at(c: "_Candidate", rate: float) -> bool:

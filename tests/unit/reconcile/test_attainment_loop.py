@@ -87,10 +87,12 @@ def test_the_next_pass_starts_from_the_kept_derating_and_solves_once(solves: lis
     (factor,) = first.status.derating.factors().values()
     assert 0.75 <= factor < 1  # at least as far as a10g×3's load no longer fits 3 replicas
 
-    kept = solves[-1]
     solves.clear()
     again = chat(with_status(body, first))
-    assert solves == [kept]  # started from the kept factors, on target: no round
+    assert len(solves) == 1  # started from the kept factors, on target: no round
+    (pinned,) = JointInstance.model_validate_json(solves[0]).services
+    # Kept at its rate, rolling out (nothing runs yet): pinned to its replicas.
+    assert {o.name: o.fixed for o in pinned.options if o.fixed} == {"a10g": 4}
     assert again.target == first.target
     # Searched, its plan holds: kept at its rate, also while it rolls out (nothing runs yet).
     assert first.status.derating.kept_at_rate == 2
@@ -201,9 +203,10 @@ def test_a_search_that_ends_short_grows_the_plan_by_a_replica_of_its_worst_pool(
     monkeypatch: pytest.MonkeyPatch, solves: list[str]
 ) -> None:
     """Derating ended (here: it does nothing) with a10g×3 at 95%: the plan is solved again
-    with one A10G more, pinned, until it reaches the target; a plan that does not is not
-    kept. Growing stops where the pool has no room: with a Batch service on the fourth
-    A10G, chat stays at three (and no solve is spent on a fourth)."""
+    with one A10G more, pinned, until it reaches the target (a plan that does not is not
+    kept); the next pass, before it runs, keeps it pinned. Growing stops where the pool has no
+    room: with a Batch service on the fourth A10G, chat stays at three (and no solve is spent
+    on a fourth)."""
     monkeypatch.setattr(cluster, "predict_served", grows_to_four)
     monkeypatch.setattr(cluster, "_derate", lambda *_: None)
     grown = chat(service("chat", 2, "t0", **A10G_ONLY))
@@ -211,6 +214,9 @@ def test_a_search_that_ends_short_grows_the_plan_by_a_replica_of_its_worst_pool(
     assert len(solves) == 2
     assert cond(grown.status, "SLOAtRisk")[:2] == ("False", "OnTarget")
     assert grown.status.derating is not None and grown.status.derating.kept_at_rate == 2
+    solves.clear()
+    again = chat(with_status(service("chat", 2, "t0", **A10G_ONLY), grown))
+    assert again.target == {"a10g": 4} and len(solves) == 1  # kept, not grown again
     solves.clear()
     batch = service("other", 0.5, "t1", priority="Batch", **A10G_ONLY)
     d = planned(service("chat", 2, "t0", **A10G_ONLY), batch)
