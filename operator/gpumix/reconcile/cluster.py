@@ -29,7 +29,7 @@ rate starts its search from the factors kept (:func:`_carried`).
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -757,19 +757,14 @@ def _grown(
         if option is None:
             return None
         counts[option] += 1
-        choices = c.problem.choices
-        pool, spec = choices[option].pool, c.service.spec
-        used = sum(n * choices[o].gpus_per_replica for o, n in counts.items()
-                   if choices[o].pool == pool)  # fmt: skip
-        cost = (
-            alloc.cost_per_hour
-            + choices[option].price_per_gpu_hour * choices[option].gpus_per_replica
-        )
+        choice, spec = c.problem.choices[option], c.service.spec
+        used = _pool_gpus(c, counts)[choice.pool]
+        cost = alloc.cost_per_hour + choice.price_per_gpu_hour * choice.gpus_per_replica
         caps = [b for b in (budget, spec.budget.max_cost_per_hour if spec.budget else None)
                 if b is not None]  # fmt: skip
         most = spec.max_replicas
         if (
-            used > capacity.get(pool, used)
+            used > capacity.get(choice.pool, used)
             or any(cost > b + 1e-9 for b in caps)
             or (most is not None and sum(counts.values()) > most)
         ):
@@ -847,15 +842,32 @@ def _holding_plan(c: "_Candidate") -> dict[str, int] | None:
     """The plan in force, when it has rolled out (what runs and is ready: replicas whose nodes
     are gone are not) and status predicts it to hold the target (SLOAtRisk False); else
     ``None``."""
-    previous = c.previous
-    if previous is None:
-        return None
-    risk = condition(previous.conditions, SLO_AT_RISK)
+    planned = _promised_plan(c)
+    runs = {o: n for o, n in c.running.ready.items() if n}
+    return runs if runs and runs == planned else None
+
+
+def _status_plan(c: "_Candidate") -> dict[str, int]:
+    """Replicas per option of the plan status reports in force (none: empty)."""
+    previous = c.previous.allocation if c.previous is not None else []
+    return {a_key(a.pool, a.gpus_per_replica): a.replicas for a in previous if a.replicas}
+
+
+def _promised_plan(c: "_Candidate") -> dict[str, int] | None:
+    """The plan in force when status predicts it to hold the target (SLOAtRisk False)."""
+    risk = condition(c.previous.conditions, SLO_AT_RISK) if c.previous is not None else None
     if risk is None or risk.status != ConditionStatus.FALSE:
         return None
-    runs = {o: n for o, n in c.running.ready.items() if n}
-    planned = {a_key(a.pool, a.gpus_per_replica): a.replicas for a in previous.allocation}
-    return runs if runs and runs == {o: n for o, n in planned.items() if n} else None
+    return _status_plan(c)
+
+
+def _pool_gpus(c: "_Candidate", counts: Mapping[str, int]) -> dict[str, int]:
+    """GPUs ``counts`` (replicas per option) take in each pool."""
+    out: dict[str, int] = {}
+    for o, n in counts.items():
+        choice = c.problem.choices[o]
+        out[choice.pool] = out.get(choice.pool, 0) + n * choice.gpus_per_replica
+    return out
 
 
 def _moved_off(c: "_Candidate", r: _Round, *, predicted: bool = True) -> dict[str, int] | None:
@@ -875,22 +887,13 @@ def _kept_on(c: "_Candidate", rate: float, room: dict[str, int]) -> dict[str, in
     way its GPUs are taken from ``room``. A plan grown by replicas (:func:`_grown`) is not what
     the factors kept plan free, so the next pass, before it runs, would drop it; a plan whose
     nodes went has no room (the GPU drop moves it)."""
-    if not _kept_at(c, rate) or c.previous is None:
+    if not _kept_at(c, rate):
         return None
     holding = _holding_plan(c)
-    plan = holding
-    if plan is None:
-        risk = condition(c.previous.conditions, SLO_AT_RISK)
-        if risk is None or risk.status != ConditionStatus.FALSE:
-            return None
-        planned = {a_key(a.pool, a.gpus_per_replica): a.replicas for a in c.previous.allocation}
-        plan = {o: n for o, n in planned.items() if n} or None
-    if plan is None or any(o not in c.problem.choices for o in plan):
+    plan = holding or _promised_plan(c)
+    if not plan or any(o not in c.problem.choices for o in plan):
         return None
-    need: dict[str, int] = {}
-    for o, n in plan.items():
-        choice = c.problem.choices[o]
-        need[choice.pool] = need.get(choice.pool, 0) + n * choice.gpus_per_replica
+    need = _pool_gpus(c, plan)
     if holding is None and any(g > room.get(p, 0) for p, g in need.items()):
         return None
     for p, g in need.items():
@@ -908,11 +911,10 @@ def _kept_at(c: "_Candidate", rate: float) -> bool:
 def _still_kept(c: "_Candidate", rate: float, r: _Round) -> bool:
     """A plan kept at this rate that round ``r`` plans again, before it runs (rolling out):
     still kept, so that status does not drop the mark and the plan is pinned once it runs."""
-    if c.previous is None or not _kept_at(c, rate):
+    if not _kept_at(c, rate):
         return False
-    planned = {a_key(a.pool, a.gpus_per_replica): a.replicas for a in c.previous.allocation}
     plan = r.plan.services[_demand_name(c.key)].counts
-    return {o: n for o, n in planned.items() if n} == {o: n for o, n in plan.items() if n}
+    return _status_plan(c) == {o: n for o, n in plan.items() if n}
 
 
 def _option_gpus(c: "_Candidate", allocation: ServiceAllocation) -> dict[str, int]:
