@@ -10,6 +10,7 @@ from test_joint import joint_instances
 
 from gpumix.plan.joint import JointInstance, solve_joint
 from gpumix.plan.joint.churn import rebased, running, toward, without_running
+from gpumix.plan.joint.solve import LOOSE_TOL
 from proptest import budget
 
 
@@ -49,7 +50,9 @@ def test_a_plan_kept_while_running_moves_towards_it_is_as_cheap_as_solving_again
     assert again is not None
     for name, alloc in kept.services.items():
         assert alloc.counts == plan.services[name].counts
-        assert alloc.unserved_rate == pytest.approx(again.services[name].unserved_rate, abs=1e-6)
+        # Within the slack a stage's optimum gets when the next stage needs it (LOOSE_TOL).
+        unserved = again.services[name].unserved_rate
+        assert alloc.unserved_rate == pytest.approx(unserved, abs=LOOSE_TOL)
     # The penalty counted against what runs now, as a solve of ``later`` reads its plan back.
     penalty = sum(
         0.5 * o.cost_per_hour * max(0, counts[s.name][o.name] - o.running)
