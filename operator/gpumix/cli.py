@@ -261,8 +261,11 @@ def _title(service: LLMService) -> str:
     )
 
 
-def _demand(name: str, service: LLMService, problem: ServiceProblem) -> ServiceDemand:
-    """One service of the joint instance, as the operator builds it (nothing running yet)."""
+def _demand(
+    name: str, service: LLMService, problem: ServiceProblem, formulation: Formulation
+) -> ServiceDemand:
+    """One service of the joint instance, as the operator builds it (nothing running yet), its
+    input rows split as one on the routable formulation."""
     instance = problem.instance
     assert instance is not None
     spec = service.spec
@@ -280,7 +283,7 @@ def _demand(name: str, service: LLMService, problem: ServiceProblem) -> ServiceD
         weight=spec.weight, min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
         budget_per_hour=spec.budget.max_cost_per_hour if spec.budget else None,
         input_edges=instance.input_edges, output_edges=instance.output_edges,
-        slo_label=instance.slo_label,
+        slo_label=instance.slo_label, routable=formulation is Formulation.ROUTABLE,
     )  # fmt: skip
 
 
@@ -310,7 +313,7 @@ def _plan_jointly(
             continue
         _notes(service, problem)
         name = _name(service)
-        demands.append(_demand(name, service, problem))
+        demands.append(_demand(name, service, problem, formulation))
         titles[name] = _title(service)
         units[name] = {n: c.gpus_per_replica for n, c in problem.choices.items()}
         try:

@@ -1102,6 +1102,7 @@ def _joint_instance(
                 input_edges=instance.input_edges,
                 output_edges=instance.output_edges,
                 slo_label=instance.slo_label,
+                routable=True,
             )
         )
     pools = [PoolLimit(name=p, gpus=g) for p, g in sorted(available.items())]

@@ -15,7 +15,9 @@ problem splits:
   option, ``x[b,o] ≤ y_o`` (shares only on options with a replica: the compact model's
   ``add_bought_only``, which capacity alone does not enforce for a bucket whose load is below
   the LP tolerance), with ``L[b,o] = rate_b / MaxTput[o,b]`` (Mélange §5.4.2's load of the whole
-  bucket, its slices counted as the compact model's ``capacity_loads`` counts them). When the
+  bucket, its slices counted as the compact model's ``capacity_loads`` counts them; ``b``
+  ranges over :meth:`~gpumix.plan.joint.instance.ServiceDemand.groups`, and a routable
+  service's row loads an option with the sum of its buckets' loads). When the
   overload ``Σ t`` is positive its dual (row duals ``μ``, bound duals ``π``) gives a *routing
   cut* ``Σ_o (μ_o + Σ_b π[b,o])·y_o ≥ Σ_b min_o (μ_o·L[b,o] + π[b,o])``, valid for every count
   vector that can carry the traffic (weak duality, checked by construction below, whatever the
@@ -88,29 +90,33 @@ class RoutingLP:
 
         self.service = service
         self.options = options
-        self.buckets = service.buckets_with_traffic()
-        self.pairs: list[tuple[Bucket, int]] = []
-        self.loads: dict[tuple[Bucket, int], float] = {}
+        self.groups = service.groups()
+        loads: dict[tuple[Bucket, int], float] = {}
         for o in options:
             # Slice loads as the compact model's capacity rows count them (capacity_loads):
             # a tiny bucket's load is then either clearly carried or clearly over.
-            served = [(b, service.slice_load(o, b)) for b in self.buckets]
+            served = [(b, service.slice_load(o, b)) for b in service.buckets_with_traffic()]
             row = [(b, load) for b, load in served if load is not None]
             counted = capacity_loads([load for _, load in row])
             for (b, _), load in zip(row, counted, strict=True):
-                self.loads[b, o] = load * service.slice_factor
-        self.pairs = [(b, o) for b in self.buckets for o in options if (b, o) in self.loads]
-        n_b, n_o = len(self.buckets), len(options)
+                loads[b, o] = load * service.slice_factor
+        # A group's share on an option loads it with every bucket of the group.
+        self.pairs: list[tuple[int, int]] = [
+            (g, o) for g, group in enumerate(self.groups) for o in options if o in group.options
+        ]
+        self.loads = {
+            (g, o): sum(loads[b, o] for b in self.groups[g].buckets) for g, o in self.pairs
+        }
+        n_g, n_o = len(self.groups), len(options)
         h: Any = cast(Any, highspy).Highs()  # highspy's stubs lack the bulk calls used here
         h.setOptionValue("output_flag", False)
         inf = highspy.kHighsInf
-        rows_lo = np.concatenate([np.ones(n_b), np.full(n_o, -inf)])
-        rows_hi = np.concatenate([np.ones(n_b), np.zeros(n_o)])
-        h.addRows(n_b + n_o, rows_lo, rows_hi, 0, np.zeros(0, np.int32), np.zeros(0, np.int32),
+        rows_lo = np.concatenate([np.ones(n_g), np.full(n_o, -inf)])
+        rows_hi = np.concatenate([np.ones(n_g), np.zeros(n_o)])
+        h.addRows(n_g + n_o, rows_lo, rows_hi, 0, np.zeros(0, np.int32), np.zeros(0, np.int32),
                   np.zeros(0))  # fmt: skip
-        # t_o (overload, cost 1) then x[b,o] (share of bucket b on option o, cost 0).
-        bucket_row = {b: i for i, b in enumerate(self.buckets)}
-        option_row = {o: n_b + i for i, o in enumerate(options)}
+        # t_o (overload, cost 1) then x[g,o] (share of group g on option o, cost 0).
+        option_row = {o: n_g + i for i, o in enumerate(options)}
         starts: list[int] = []
         index: list[int] = []
         value: list[float] = []
@@ -118,36 +124,36 @@ class RoutingLP:
             starts.append(len(index))
             index.append(option_row[o])
             value.append(-1.0)
-        for b, o in self.pairs:
+        for g, o in self.pairs:
             starts.append(len(index))
-            index += [bucket_row[b], option_row[o]]
-            value += [1.0, self.loads[b, o]]
+            index += [g, option_row[o]]
+            value += [1.0, self.loads[g, o]]
         n_cols = n_o + len(self.pairs)
         costs = np.concatenate([np.ones(n_o), np.zeros(len(self.pairs))])
         lower, upper = np.zeros(n_cols), np.full(n_cols, inf)
         h.addCols(n_cols, costs, lower, upper, len(index), np.array(starts, np.int32),
                   np.array(index, np.int32), np.array(value))  # fmt: skip
         self.highs = h
-        self.pair_bucket = np.array([bucket_row[b] for b, _ in self.pairs], np.int64)
-        self.pair_option = np.array([option_row[o] - n_b for _, o in self.pairs], np.int64)
+        self.pair_group = np.array([g for g, _ in self.pairs], np.int64)
+        self.pair_option = np.array([option_row[o] - n_g for _, o in self.pairs], np.int64)
         self.pair_load = np.array([self.loads[pair] for pair in self.pairs])
         self.rows = np.array([option_row[o] for o in options], np.int32)
         self.pair_cols = np.arange(n_o, n_cols, dtype=np.int32)
-        self.n_b = n_b
+        self.n_g = n_g
         self._inf = inf
 
     def check(self, counts: dict[int, float]) -> tuple[float, Cut | None]:
         """Overload of the best split under ``counts`` and, when above
         :data:`FEASIBLE_OVERLOAD`, the routing cut (``inf`` and no cut when the LP has no
         answer: the caller gives up)."""
-        if not self.buckets:
+        if not self.groups:
             return 0.0, None
         y = np.array([counts.get(o, 0.0) for o in self.options])
         uncovered = self._uncovered(y)
         if uncovered is not None:
             return uncovered
         self.highs.changeRowsBounds(len(self.rows), self.rows, np.full(len(y), -self._inf), y)
-        # x[b,o] ≤ y_o where y_o < 1 (at 1 and above, Σ_o x[b,o] = 1 bounds it already).
+        # x[g,o] ≤ y_o where y_o < 1 (at 1 and above, Σ_o x[g,o] = 1 bounds it already).
         y_pair = y[self.pair_option]
         bounded = y_pair < 1.0
         upper = np.where(bounded, y_pair, self._inf)
@@ -161,13 +167,13 @@ class RoutingLP:
         if overload <= FEASIBLE_OVERLOAD:
             return overload, None
         solution = self.highs.getSolution()
-        mu = np.maximum(0.0, -np.asarray(solution.row_dual)[self.n_b :])
+        mu = np.maximum(0.0, -np.asarray(solution.row_dual)[self.n_g :])
         col_dual = np.asarray(solution.col_dual)[len(self.options) :]
         pi = np.where(bounded, np.maximum(0.0, -col_dual), 0.0)
-        # θ_b = min_o (μ_o·L[b,o] + π[b,o]) makes (θ, μ, π) dual feasible, and x[b,o] ≤ y_o
+        # θ_g = min_o (μ_o·L[g,o] + π[g,o]) makes (θ, μ, π) dual feasible, and x[g,o] ≤ y_o
         # holds wherever traffic is carried, so the cut is valid by construction.
-        theta = np.full(self.n_b, np.inf)
-        np.minimum.at(theta, self.pair_bucket, mu[self.pair_option] * self.pair_load + pi)
+        theta = np.full(self.n_g, np.inf)
+        np.minimum.at(theta, self.pair_group, mu[self.pair_option] * self.pair_load + pi)
         coefficients = mu.copy()
         np.add.at(coefficients, self.pair_option, pi)
         # Raising a coefficient only weakens the cut; a tiny one (a tiny bucket's π) is what
@@ -179,28 +185,33 @@ class RoutingLP:
         )
 
     def _uncovered(self, y: np.ndarray[Any, Any]) -> tuple[float, Cut] | None:
-        """The coverage cut of the first bucket that ``y`` leaves without a replica (the
-        shares ``x[b,o] ≤ y_o`` cannot sum to 1), with how much is missing."""
-        cover = np.zeros(self.n_b)
-        np.add.at(cover, self.pair_bucket, np.minimum(1.0, y[self.pair_option]))
+        """The coverage cut of the first group that ``y`` leaves without a replica (the
+        shares ``x[g,o] ≤ y_o`` cannot sum to 1), with how much is missing."""
+        cover = np.zeros(self.n_g)
+        np.add.at(cover, self.pair_group, np.minimum(1.0, y[self.pair_option]))
         short = np.flatnonzero(cover < 1.0 - COVER_TOL)
         if not len(short):
             return None
-        b = int(short[0])
-        options = {self.options[int(k)] for k in self.pair_option[self.pair_bucket == b]}
-        return 1.0 - float(cover[b]), Cut(dict.fromkeys(sorted(options), 1.0), 1.0)
+        g = int(short[0])
+        options = {self.options[int(k)] for k in self.pair_option[self.pair_group == g]}
+        return 1.0 - float(cover[g]), Cut(dict.fromkeys(sorted(options), 1.0), 1.0)
 
     def shares(self) -> dict[tuple[Bucket, int], float]:
-        """``x[b,o]`` of the last solve (call after a feasible :meth:`check`), each bucket's
-        scaled to sum to exactly 1: HiGHS's tolerances apply to its scaled LP, and a bucket
-        whose column is scaled up (a tiny load) may come back summing to 1 ± 1e-6."""
+        """``x[b,o]`` of the last solve (call after a feasible :meth:`check`; a group's share
+        for each of its buckets), each group's scaled to sum to exactly 1: HiGHS's tolerances
+        apply to its scaled LP, and a group whose column is scaled up (a tiny load) may come
+        back summing to 1 ± 1e-6."""
         values = self.highs.getSolution().col_value
         n_o = len(self.options)
         x = np.maximum(0.0, np.asarray(values[n_o:], dtype=float))
-        total = np.zeros(self.n_b)
-        np.add.at(total, self.pair_bucket, x)
-        x /= np.where(total > 0, total, 1.0)[self.pair_bucket]
-        return {pair: float(x[i]) for i, pair in enumerate(self.pairs)}
+        total = np.zeros(self.n_g)
+        np.add.at(total, self.pair_group, x)
+        x /= np.where(total > 0, total, 1.0)[self.pair_group]
+        return {
+            (b, o): float(x[i])
+            for i, (g, o) in enumerate(self.pairs)
+            for b in self.groups[g].buckets
+        }
 
 
 _HIGHS_INF = 1e30

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from enum import StrEnum
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -60,6 +61,14 @@ class ReplicaOption(BaseModel):
         return _check_rectangular(value, "max_tput")
 
 
+class Group(NamedTuple):
+    """Buckets sharing one traffic split, and the options that may take it
+    (:meth:`ServiceDemand.groups`)."""
+
+    buckets: tuple[Bucket, ...]
+    options: tuple[int, ...]
+
+
 class ServiceDemand(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -81,6 +90,9 @@ class ServiceDemand(BaseModel):
     input_edges: list[int] | None = None
     output_edges: list[int] | None = None
     slo_label: str = ""
+    routable: bool = False
+    """Split each input row as one (:meth:`groups`): the split a router that sees the prompt
+    but not the answer's length can execute (:mod:`gpumix.plan.routable`)."""
 
     @field_validator("rates")
     @classmethod
@@ -123,6 +135,32 @@ class ServiceDemand(BaseModel):
             return None
         return self.rates[i][j] / (self.slice_factor * tput)
 
+    def groups(self) -> list[Group]:
+        """The buckets with traffic that share one traffic split, each with the options that
+        serve every one of them within the SLO: one bucket each, or when :attr:`routable`, one
+        input row each, as :func:`gpumix.plan.routable.rows` (a row no option serves whole is
+        split per bucket, as the router splits it: by its guess of the answer's length)."""
+        singles = [
+            Group(buckets=(b,), options=tuple(self.servable(b)))
+            for b in self.buckets_with_traffic()
+        ]
+        if not self.routable:
+            return singles
+        out: list[Group] = []
+        for _, row in itertools.groupby(singles, key=lambda g: g.buckets[0][0]):
+            parts = list(row)
+            whole = set.intersection(*(set(g.options) for g in parts))
+            if whole and len(parts) > 1:
+                buckets = tuple(b for g in parts for b in g.buckets)
+                out.append(Group(buckets=buckets, options=tuple(sorted(whole))))
+            else:
+                out.extend(parts)
+        return out
+
+    def servable(self, bucket: Bucket) -> list[int]:
+        """Options whose MaxTput for ``bucket`` is above 0 (the SLO can be met there)."""
+        return [o for o in range(len(self.options)) if self.slice_load(o, bucket) is not None]
+
     def bucket_label(self, bucket: Bucket) -> str:
         i, j = bucket
         if self.input_edges is None or self.output_edges is None:
@@ -132,11 +170,7 @@ class ServiceDemand(BaseModel):
 
     def unservable(self) -> list[Bucket]:
         """Buckets with traffic that no option can serve within the SLO."""
-        return [
-            b
-            for b in self.buckets_with_traffic()
-            if all(self.slice_load(k, b) is None for k in range(len(self.options)))
-        ]
+        return [b for b in self.buckets_with_traffic() if not self.servable(b)]
 
 
 class PoolLimit(BaseModel):

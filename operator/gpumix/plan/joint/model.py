@@ -128,45 +128,60 @@ def dominated(instance: JointInstance) -> set[Key]:
 def add_slice_placement(
     problem: pulp.LpProblem, instance: JointInstance, partial: bool, pruned: set[Key]
 ) -> tuple[dict[PlaceKey, pulp.LpVariable], dict[tuple[int, Bucket], pulp.LpVariable]]:
-    """Mélange (2), aggregated and relaxed, with unserved traffic: ``Σ_o n[s,b,o] + u[s,b] = S``."""
+    """Mélange (2), aggregated and relaxed, with unserved traffic: ``Σ_o n[s,g,o] + u[s,g] = S``
+    per group ``g`` of :meth:`ServiceDemand.groups` (a bucket, or a routable service's input
+    row); every bucket of the group places ``n[s,g,o]`` slices on ``o``."""
     placement: dict[PlaceKey, pulp.LpVariable] = {}
     unserved: dict[tuple[int, Bucket], pulp.LpVariable] = {}
     for si, service in enumerate(instance.services):
         s_factor = service.slice_factor
-        for b in service.buckets_with_traffic():
+        for buckets, options in service.groups():
+            name = _group_name(si, buckets)
             row = []
-            for o in range(len(service.options)):
-                if service.slice_load(o, b) is None or (si, o) in pruned:
+            for o in options:
+                if (si, o) in pruned:
                     continue
-                var = problem.add_variable(
-                    f"n_s{si}_i{b[0]}_o{b[1]}_t{o}", lowBound=0, upBound=s_factor
-                )
-                placement[si, b, o] = var
+                var = problem.add_variable(f"n_{name}_t{o}", lowBound=0, upBound=s_factor)
+                placement.update({(si, b, o): var for b in buckets})
                 row.append(var)
-            u = problem.add_variable(
-                f"u_s{si}_i{b[0]}_o{b[1]}", lowBound=0, upBound=s_factor if partial else 0
-            )
-            unserved[si, b] = u
-            problem += pulp.lpSum(row) + u == s_factor, f"assign_s{si}_i{b[0]}_o{b[1]}"
+            u = problem.add_variable(f"u_{name}", lowBound=0, upBound=s_factor if partial else 0)
+            unserved.update({(si, b): u for b in buckets})
+            problem += pulp.lpSum(row) + u == s_factor, f"assign_{name}"
     return placement, unserved
 
 
 def add_fractional_placement(
     problem: pulp.LpProblem, instance: JointInstance, alpha: pulp.LpVariable, pruned: set[Key]
 ) -> dict[PlaceKey, pulp.LpVariable]:
-    """Jiang (2) scaled by ``α``: ``Σ_o x[s,b,o] = α`` (every bucket served α times over)."""
+    """Jiang (2) scaled by ``α``: ``Σ_o x[s,g,o] = α`` per group (every bucket served α times
+    over)."""
     placement: dict[PlaceKey, pulp.LpVariable] = {}
     for si, service in enumerate(instance.services):
-        for b in service.buckets_with_traffic():
+        for buckets, options in service.groups():
+            name = _group_name(si, buckets)
             row = []
-            for o in range(len(service.options)):
-                if service.slice_load(o, b) is None or (si, o) in pruned:
+            for o in options:
+                if (si, o) in pruned:
                     continue
-                var = problem.add_variable(f"x_s{si}_i{b[0]}_o{b[1]}_t{o}", lowBound=0)
-                placement[si, b, o] = var
+                var = problem.add_variable(f"x_{name}_t{o}", lowBound=0)
+                placement.update({(si, b, o): var for b in buckets})
                 row.append(var)
-            problem += pulp.lpSum(row) == alpha, f"assign_s{si}_i{b[0]}_o{b[1]}"
+            problem += pulp.lpSum(row) == alpha, f"assign_{name}"
     return placement
+
+
+def _group_name(si: int, buckets: tuple[Bucket, ...]) -> str:
+    """``s{si}_i{i}_o{j}`` of a group's first bucket (a whole row's group: ``s{si}_i{i}``)."""
+    (i, j), whole = buckets[0], len(buckets) > 1
+    return f"s{si}_i{i}" if whole else f"s{si}_i{i}_o{j}"
+
+
+def variable_groups(model: JointModel) -> dict[str, list[PlaceKey]]:
+    """The placement keys of each placement variable (a group's buckets share one)."""
+    out: dict[str, list[PlaceKey]] = {}
+    for key, var in model.placement.items():
+        out.setdefault(var.name, []).append(key)
+    return out
 
 
 def placement_loads(instance: JointInstance, model: JointModel) -> dict[PlaceKey, float]:
@@ -208,7 +223,8 @@ def add_capacity(problem: pulp.LpProblem, instance: JointInstance, model: JointM
 def add_bought_only(
     problem: pulp.LpProblem, instance: JointInstance, model: JointModel, bounded: bool
 ) -> None:
-    """A bucket's traffic only on options with a replica: its share there ``≤ y[s,o]``.
+    """A bucket's traffic only on options with a replica: its share there ``≤ y[s,o]``, one
+    row per placement variable (a group's buckets share it).
 
     Capacity (3) implies it in exact arithmetic (traffic on an option loads it, and a load
     above 0 needs a whole replica) but not within solver tolerances: a bucket of 1e-8 req/s
@@ -220,29 +236,26 @@ def add_bought_only(
     """
     if model.alpha is not None and not bounded:
         return
-    for (si, b, o), var in model.placement.items():
+    for name, keys in variable_groups(model).items():
+        si, _, o = keys[0]
         slices = 1.0 if model.alpha is not None else instance.services[si].slice_factor
-        name = f"bought_s{si}_i{b[0]}_o{b[1]}_t{o}"
-        problem += (1 / slices) * var - model.counts[si, o] <= 0, name
+        var = model.placement[keys[0]]
+        problem += (1 / slices) * var - model.counts[si, o] <= 0, f"bought_{name}"
 
 
 def add_coverage(
     problem: pulp.LpProblem, instance: JointInstance, model: JointModel, pruned: set[Key]
 ) -> None:
-    """A replica for every bucket with traffic: ``Σ_{o serves b} y[s,o] ≥ 1``.
+    """A replica for every group with traffic: ``Σ_{o serves g} y[s,o] ≥ 1``.
 
     What :func:`add_bought_only` and the assignment rows imply for the counts alone, so the
     replica-count master (no traffic split) has it too: then every bucket has somewhere to go
     in :class:`gpumix.plan.joint.benders.RoutingLP`, however little traffic it has.
     """
     for si, service in enumerate(instance.services):
-        for b in service.buckets_with_traffic():
-            row = [
-                model.counts[si, o]
-                for o in range(len(service.options))
-                if (si, o) not in pruned and service.slice_load(o, b) is not None
-            ]
-            problem += pulp.lpSum(row) >= 1, f"cover_s{si}_i{b[0]}_o{b[1]}"
+        for buckets, options in service.groups():
+            row = [model.counts[si, o] for o in options if (si, o) not in pruned]
+            problem += pulp.lpSum(row) >= 1, f"cover_{_group_name(si, buckets)}"
 
 
 def pinned_gpus(instance: JointInstance, pool: str) -> int:

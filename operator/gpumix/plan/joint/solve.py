@@ -88,16 +88,14 @@ def unbounded_pools(instance: JointInstance) -> list[str]:
         return []
     pools: set[str] = set()
     for service in instance.services:
-        buckets = service.buckets_with_traffic()
-        if buckets and (service.budget_per_hour is not None or service.max_replicas is not None):
+        groups = service.groups()
+        if groups and (service.budget_per_hour is not None or service.max_replicas is not None):
             return []
-        for b in buckets:
+        for _, options in groups:
             free = {
                 o.pool
-                for k, o in enumerate(service.options)
-                if o.fixed is None
-                and instance.pool(o.pool).gpus is None
-                and service.slice_load(k, b) is not None
+                for o in (service.options[k] for k in options)
+                if o.fixed is None and instance.pool(o.pool).gpus is None
             }
             if not free:
                 return []
