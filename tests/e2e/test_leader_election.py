@@ -106,7 +106,7 @@ def test_one_leader_writes_and_the_follower_finishes_its_rollout(
         # The rate change moves replicas between pools: kill the leader once a pool has grown
         # and before any has shrunk (make-before-break keeps them until the new ones serve).
         replanned = time.monotonic()
-        env.apply(env.service("chat", 5, **NO_CHURN))
+        env.apply(env.service("chat", 5.5, **NO_CHURN))
         wait("a pool to grow (the rollout to start)", lambda: mid_rollout(deployments, before),
              timeout=60, every=0.02)  # fmt: skip
         assert leader.proc is not None

@@ -57,14 +57,14 @@ def test_service_gets_planned_deployments_running_on_their_pools(env: Env) -> No
 
 
 def test_rate_change_replans_make_before_break(env: Env) -> None:
-    # No churn penalty: the 5 req/s plan (a100-80gb×1 + a10g×3) moves replicas between pools
+    # No churn penalty: the 5.5 req/s plan (a100-80gb×1 + a10g×3) moves replicas between pools
     # from the 4 req/s one (a100-80gb×1 + l4×1). A target the plans meet keeps the attainment
     # loop to the KV-cache headroom: this is about the rollout.
     no_churn = {"churn": {"penalty": 0}, "slo": {"tpotMs": 120, "attainmentTarget": 0.5}}
     env.apply(env.service("chat", 4, **no_churn))
     env.wait_condition("chat", "Ready", "True", "Serving", timeout=120)
     before = env.allocation("chat")
-    env.apply(env.service("chat", 5, **no_churn))
+    env.apply(env.service("chat", 5.5, **no_churn))
     seen: list[tuple[dict[str, int], dict[str, int]]] = []
 
     def settled() -> bool:
@@ -87,7 +87,7 @@ def test_rate_change_replans_make_before_break(env: Env) -> None:
             )
     wait("the old pool's Deployment to go", lambda: env.replicas("chat") == after)
     reasons = [(e.reason, e.message) for e in env.events("chat")]
-    assert any(r == "PlanChanged" and "rate 4→5 req/s" in m for r, m in reasons), reasons
+    assert any(r == "PlanChanged" and "rate 4→5.5 req/s" in m for r, m in reasons), reasons
 
 
 def test_unservable_slo_keeps_running_deployments(env: Env) -> None:

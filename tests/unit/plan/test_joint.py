@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpumix.plan import AllocationInstance, GPUOption, solve
+from gpumix.plan import AllocationInstance, Formulation, GPUOption, routable, solve
 from gpumix.plan.joint import (
     JointInstance,
     Objective,
@@ -210,7 +210,7 @@ def joint_instances(draw: st.DrawFn) -> JointInstance:
             name=f"s{s}", rates=rates, options=options, slice_factor=draw(st.integers(1, 3)),
             priority=draw(st.sampled_from(list(Priority))), weight=draw(st.sampled_from([1, 3])),
             budget_per_hour=draw(st.one_of(st.none(), st.integers(0, 20).map(float))),
-            churn_penalty=draw(st.sampled_from([0.0, 0.5])),
+            churn_penalty=draw(st.sampled_from([0.0, 0.5])), routable=draw(st.booleans()),
         ))  # fmt: skip
     budget = draw(st.one_of(st.none(), st.integers(0, 40).map(float)))
     return JointInstance(services=services, pools=pools, budget_per_hour=budget)
@@ -268,7 +268,9 @@ def test_joint_cost_at_most_one_at_a_time(inst: JointInstance) -> None:
 @given(joint_instances())
 def test_one_service_costs_at_most_melange(inst: JointInstance) -> None:
     """Alone, with k=1 options and no limits, the joint plan costs at most Mélange's slice ILP
-    (its placement is Mélange's with the slices relaxed to fractions, never dearer)."""
+    (its placement is Mélange's with the slices relaxed to fractions, never dearer); a
+    routable service's, at most the routable slice ILP's where every row has a type for all
+    of it (that ILP's rows are whole, the joint model's then too)."""
     service = _fresh(inst).services[0]
     ones = [o for o in service.options if o.gpus_per_replica == 1]
     service = service.model_copy(update={"options": ones})
@@ -277,10 +279,17 @@ def test_one_service_costs_at_most_melange(inst: JointInstance) -> None:
         return
     plan = solve_joint(JointInstance(services=[service], pools=pools))
     assert plan is not None
-    mel = solve(AllocationInstance(
+    allocation = AllocationInstance(
         rates=service.rates, slice_factor=service.slice_factor,
         gpus=[GPUOption(name=o.name, cost_per_hour=o.cost_per_hour, max_tput=o.max_tput)
-              for o in ones]))  # fmt: skip
+              for o in ones])  # fmt: skip
+    formulation = Formulation.AGGREGATED
+    if service.routable:
+        rows = routable.rows(allocation, list(range(len(ones))))
+        if not all(types for _, types in rows.values()):
+            return
+        formulation = Formulation.ROUTABLE
+    mel = solve(allocation, formulation)
     assert mel is not None
     assert plan.cost_per_hour <= mel.cost_per_hour + 1e-9
 

@@ -132,8 +132,8 @@ def test_unserved_reservation_puts_the_deadline_at_risk() -> None:
     assert (status, reason) == ("False", "DeadlineAtRisk")
     assert sd.status.batch is not None and sd.status.batch.drain_seconds is not None
     assert sd.status.batch.drain_seconds > 86400
-    assert message.startswith("backlog 100000 requests drains in 30.4 h, past the deadline of 24 h")
-    assert "1.36 req/s reserved, 18% of it unserved: service budget reached" in message
+    assert message.startswith("backlog 100000 requests drains in 32.9 h, past the deadline of 24 h")
+    assert "1.36 req/s reserved, 23% of it unserved: service budget reached" in message
     assert "DeadlineAtRisk" in [e.reason for e in sd.events]
 
 

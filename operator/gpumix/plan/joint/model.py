@@ -2,7 +2,9 @@
 
 Per service ``s`` and replica option ``o`` (Coral §4.3's serving instance of a template, Jiang
 §4.3's configuration ``c``): an integer replica count ``y[s,o]``. Per bucket ``b`` with traffic,
-how its traffic is placed, in one of two forms:
+how its traffic is placed (one split per group of :meth:`ServiceDemand.groups`: a routable
+service's buckets of one input row share theirs, as the router executes it), in one of two
+forms:
 
 - ``min-cost``: Mélange §5.4's placement of bucket traffic, ``n[s,b,o] ∈ [0, S]`` per servable
   option plus ``u[s,b] ∈ [0, S]`` left unserved (graceful degradation, 0 when everything fits),
