@@ -279,9 +279,9 @@ def plan_operator(
     service: LLMService, pools: list[GPUPool], profiles: list[GPUProfile], target: float
 ) -> PlanOutcome | None:
     """What the operator applies for this service alone in a cluster with these pools (a first
-    pass of `gpumix.reconcile.cluster.plan_cluster`): the joint ILP, with the MaxTput of
-    options where requests miss even alone filtered (`within_alone_misses`), searched alone
-    and derated until its prediction (seed 1, as `slo`'s) reaches the target."""
+    pass of `gpumix.reconcile.cluster.plan_cluster`): the joint ILP, routable and with the
+    alone-miss budget (`with_alone_miss_budget`), searched alone and derated until its
+    prediction (seed 1, as `slo`'s) reaches the target."""
     body = service.model_dump(by_alias=True, mode="json", exclude_none=True)
     body["metadata"] = {"name": "svc", "namespace": "bench", "uid": "bench", "generation": 1,
                         "creationTimestamp": OPERATOR_NOW}  # fmt: skip

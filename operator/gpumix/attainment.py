@@ -28,7 +28,6 @@ Mélange §6 compares at equal SLO.
 from __future__ import annotations
 
 import functools
-import heapq
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -47,7 +46,7 @@ from gpumix.plan import (
     routable,
     solve,
 )
-from gpumix.plan.instance import Bucket
+from gpumix.plan.joint import ServiceDemand
 from gpumix.plan.model import servable_types
 from gpumix.plan.result import SolverName
 from gpumix.problem import PoolChoice, build_problem
@@ -283,46 +282,19 @@ def _alone_miss(
     return 1.0 - roof.alone_met_share(*bucket, *slo)
 
 
-def within_alone_misses(instance: AllocationInstance, target: float) -> AllocationInstance:
-    """``instance`` with MaxTput zeroed where buckets would miss even alone, worst first,
-    until no placement can exceed :func:`plan_to_target`'s alone-miss budget: the joint ILP
-    (full, Benders and priced) has no row for it, and this only removes options, which every
-    solve takes as it is. Each bucket counts at its worst option left; the bucket whose worst
-    option puts the most req/s past the SLO loses that option, while it has one missing more
-    than its least (options whose misses are not known are kept and count as none). Stricter
-    than the budget, which a plan spends on its buckets' actual options, but not per bucket: a
-    bucket of 0.1 % of the traffic may stay on a type where a tenth of it misses. Bounding
-    each option alone instead (exact for a plan of one option) planned cheaper on
-    ``bench/attainment.py``'s operator planner (cost ÷ Mélange median 1.500 against 1.570) but
-    met the target less (34 of 40 reachable cases against 35): mixes spent several budgets. On
-    ``bench/scale.py``'s fleet (offline) it brought the services whose first pass is predicted
-    on target from 46 to 48 of 50 (+1.5 % cost) and from 184 to 197 of 200 (+17 %): joint
-    plans had put 0.4-1.6 % of requests that miss alone on A40/L40 replicas."""
-    total = sum(map(sum, instance.rates))
-    budget = ALONE_MISS_SHARE * (1 - target) * total
-    rows = {g.name: [list(row) for row in g.max_tput] for g in instance.gpus}
-    worst: list[tuple[float, Bucket, list[tuple[float, int]]]] = []
-    for bucket in instance.buckets_with_traffic():
-        i, j = bucket
-        servable = servable_types(instance, bucket, list(range(len(instance.gpus))))
-        misses = sorted(
-            (m[i][j] * instance.rates[i][j], k)
-            for k in servable
-            if (m := instance.gpus[k].alone_miss) is not None
-        )
-        if misses:
-            heapq.heappush(worst, (-misses[-1][0], bucket, misses))
-    missed = -sum(w for w, _, _ in worst)
-    while worst and missed > budget:
-        w, (i, j), misses = heapq.heappop(worst)
-        if misses[-1][0] <= misses[0][0]:
-            continue  # only its least missing options are left
-        _, k = misses.pop()
-        rows[instance.gpus[k].name][i][j] = 0.0
-        missed += w + misses[-1][0]
-        heapq.heappush(worst, (-misses[-1][0], (i, j), misses))
-    gpus = [g.model_copy(update={"max_tput": rows[g.name]}) for g in instance.gpus]
-    return instance.model_copy(update={"gpus": gpus})
+def with_alone_miss_budget(demand: ServiceDemand, target: float) -> ServiceDemand:
+    """``demand`` with :func:`plan_to_target`'s alone-miss budget for its joint ILP rows
+    (:func:`gpumix.plan.joint.model.add_alone_miss_budgets`): half the misses ``target``
+    allows, or more where no placement of its groups does better; none when no option's
+    alone misses are known. It replaced a filter that zeroed MaxTput until no placement could
+    exceed the budget, stricter than the budget itself: on ``bench/attainment.py``'s operator
+    planner that filter gave three services twice the GPUs per replica where `gpumix plan`
+    keeps one (``chat-13b-0.5rps-60ms-ttft1s``, ``code-13b-0.5rps-80ms``,
+    ``chat-70b-0.5rps-80ms``)."""
+    if all(o.alone_miss is None for o in demand.options):
+        return demand
+    budget = max(ALONE_MISS_SHARE * (1 - target), demand.least_alone_miss())
+    return demand.model_copy(update={"alone_miss_budget": min(1.0, budget)})
 
 
 def least_alone_miss(

@@ -52,8 +52,8 @@ from gpumix.attainment import (
     derate_step,
     derated,
     stalled,
+    with_alone_miss_budget,
     with_alone_misses,
-    within_alone_misses,
 )
 from gpumix.digestcache import DigestCache
 from gpumix.manifests import describe
@@ -431,13 +431,12 @@ def _prepare(
         problem = with_rates(problem, service.spec.workload)
     prev_cal = prev_status.calibration if prev_status is not None else None
     problem = scaled(problem, factor_of(service.spec.scaling.calibration, prev_cal))
-    if problem.instance is not None and shape is not None:  # the joint ILP has no alone-miss
-        # budget: a filter (an unknown model's plan comes from its GPUProfiles alone)
+    if problem.instance is not None and shape is not None:  # for the alone-miss budget (an
+        # unknown model's plan comes from its GPUProfiles alone)
         filled = with_alone_misses(
             service, pools, profiles, problem.instance, shape, choices=problem.choices
         )
-        target = service.spec.slo.attainment_target
-        problem = problem.model_copy(update={"instance": within_alone_misses(filled, target)})
+        problem = problem.model_copy(update={"instance": filled})
     excluded = "; ".join(f"{p}: {why}" for p, why in problem.excluded.items())
     reason = _unplannable(problem, excluded)
     if reason is not None:
@@ -1084,27 +1083,27 @@ def _joint_instance(
                 max_tput=gpu.max_tput,
                 running=c.running.replicas.get(gpu.name, 0) + kv_back.get(gpu.name, 0),
                 fixed=_fixed(c, gpu.name, pins),
+                alone_miss=gpu.alone_miss,
             )
             for gpu in instance.gpus
         ]
-        services.append(
-            ServiceDemand(
-                name=name,
-                rates=[[r * scale for r in row] for row in instance.rates],
-                options=options,
-                slice_factor=instance.slice_factor,
-                priority=Priority.BATCH if spec.priority == "Batch" else Priority.INTERACTIVE,
-                weight=spec.weight,
-                budget_per_hour=spec.budget.max_cost_per_hour if spec.budget else None,
-                churn_penalty=spec.churn.penalty,
-                min_replicas=spec.min_replicas,
-                max_replicas=spec.max_replicas,
-                input_edges=instance.input_edges,
-                output_edges=instance.output_edges,
-                slo_label=instance.slo_label,
-                routable=True,
-            )
+        demand = ServiceDemand(
+            name=name,
+            rates=[[r * scale for r in row] for row in instance.rates],
+            options=options,
+            slice_factor=instance.slice_factor,
+            priority=Priority.BATCH if spec.priority == "Batch" else Priority.INTERACTIVE,
+            weight=spec.weight,
+            budget_per_hour=spec.budget.max_cost_per_hour if spec.budget else None,
+            churn_penalty=spec.churn.penalty,
+            min_replicas=spec.min_replicas,
+            max_replicas=spec.max_replicas,
+            input_edges=instance.input_edges,
+            output_edges=instance.output_edges,
+            slo_label=instance.slo_label,
+            routable=True,
         )
+        services.append(with_alone_miss_budget(demand, spec.slo.attainment_target))
     pools = [PoolLimit(name=p, gpus=g) for p, g in sorted(available.items())]
     return JointInstance(services=services, pools=pools, budget_per_hour=budget), rates
 

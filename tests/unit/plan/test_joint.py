@@ -199,9 +199,13 @@ def joint_instances(draw: st.DrawFn) -> JointInstance:
                     continue
                 tput = [[draw(st.sampled_from([0.0, 1.0, 2.5, 4.0, 7.0])) * tp for _ in range(cols)]
                         for _ in range(rows)]  # fmt: skip
+                miss = draw(st.one_of(st.none(), st.just(
+                    [[draw(st.sampled_from([0.0, 0.05, 0.3])) for _ in range(cols)]
+                     for _ in range(rows)]
+                )))  # fmt: skip
                 options.append(ReplicaOption(
                     name=f"p{k}-tp{tp}", pool=f"p{k}", gpus_per_replica=tp,
-                    cost_per_hour=prices[k] * tp, max_tput=tput,
+                    cost_per_hour=prices[k] * tp, max_tput=tput, alone_miss=miss,
                     running=draw(st.integers(0, 2)),
                 ))  # fmt: skip
         rates = [[draw(st.sampled_from([0.0, 0.5, 2.0, 5.0])) for _ in range(cols)]
@@ -211,6 +215,7 @@ def joint_instances(draw: st.DrawFn) -> JointInstance:
             priority=draw(st.sampled_from(list(Priority))), weight=draw(st.sampled_from([1, 3])),
             budget_per_hour=draw(st.one_of(st.none(), st.integers(0, 20).map(float))),
             churn_penalty=draw(st.sampled_from([0.0, 0.5])), routable=draw(st.booleans()),
+            alone_miss_budget=draw(st.sampled_from([None, None, 0.0, 0.02, 0.1])),
         ))  # fmt: skip
     budget = draw(st.one_of(st.none(), st.integers(0, 40).map(float)))
     return JointInstance(services=services, pools=pools, budget_per_hour=budget)
@@ -221,13 +226,15 @@ def joint_instances(draw: st.DrawFn) -> JointInstance:
 def test_joint_plans_serve_all_servable_traffic_when_nothing_limits_them(
     inst: JointInstance,
 ) -> None:
-    """Partial service always gives a plan; without pool limits, budgets or floors, what it
-    leaves unserved is exactly the traffic no option serves within the SLO (``solve_joint``'s
-    validator checks that the plan is consistent, not that it serves as much as it can)."""
+    """Partial service always gives a plan; without pool limits, budgets (of $/h or of
+    requests that miss alone) or floors, what it leaves unserved is exactly the traffic no
+    option serves within the SLO (``solve_joint``'s validator checks that the plan is
+    consistent, not that it serves as much as it can)."""
     assert solve_joint(inst, time_limit_s=20) is not None
     free = inst.model_copy(update={
         "pools": [p.model_copy(update={"gpus": None}) for p in inst.pools],
-        "services": [s.model_copy(update={"budget_per_hour": None}) for s in inst.services],
+        "services": [s.model_copy(update={"budget_per_hour": None, "alone_miss_budget": None})
+                     for s in inst.services],
         "budget_per_hour": None,
     })  # fmt: skip
     plan = solve_joint(free, time_limit_s=20)
@@ -268,9 +275,10 @@ def test_joint_cost_at_most_one_at_a_time(inst: JointInstance) -> None:
 @given(joint_instances())
 def test_one_service_costs_at_most_melange(inst: JointInstance) -> None:
     """Alone, with k=1 options and no limits, the joint plan costs at most Mélange's slice ILP
-    (its placement is Mélange's with the slices relaxed to fractions, never dearer); a
-    routable service's, at most the routable slice ILP's where every row has a type for all
-    of it (that ILP's rows are whole, the joint model's then too)."""
+    (its placement is Mélange's with the slices relaxed to fractions, never dearer), under
+    the same alone-miss budget; a routable service's, at most the routable slice ILP's where
+    every row has a type for all of it (that ILP's rows are whole, the joint model's then
+    too)."""
     service = _fresh(inst).services[0]
     ones = [o for o in service.options if o.gpus_per_replica == 1]
     service = service.model_copy(update={"options": ones})
@@ -281,7 +289,9 @@ def test_one_service_costs_at_most_melange(inst: JointInstance) -> None:
     assert plan is not None
     allocation = AllocationInstance(
         rates=service.rates, slice_factor=service.slice_factor,
-        gpus=[GPUOption(name=o.name, cost_per_hour=o.cost_per_hour, max_tput=o.max_tput)
+        alone_miss_budget=service.alone_miss_budget,
+        gpus=[GPUOption(name=o.name, cost_per_hour=o.cost_per_hour, max_tput=o.max_tput,
+                        alone_miss=o.alone_miss)
               for o in ones])  # fmt: skip
     formulation = Formulation.AGGREGATED
     if service.routable:
@@ -290,7 +300,9 @@ def test_one_service_costs_at_most_melange(inst: JointInstance) -> None:
             return
         formulation = Formulation.ROUTABLE
     mel = solve(allocation, formulation)
-    assert mel is not None
+    if mel is None:  # the alone-miss budget leaves no plan that serves everything
+        assert plan.services[service.name].unserved_rate > 0
+        return
     assert plan.cost_per_hour <= mel.cost_per_hour + 1e-9
 
 

@@ -586,15 +586,15 @@ def missed_alone(body: dict[str, Any], sd: ServiceDecision) -> float:
 def test_a_plan_sends_no_more_requests_where_they_miss_alone_than_half_the_target_allows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The joint ILP has no alone-miss budget (`within_alone_misses` filters its MaxTput): at
-    0.3 req/s and 80 ms the sample's cheapest plan, two A10Gs, sends 0.57% of its requests
-    where they miss alone (predicted 99.1%, at the target only because the load is light);
-    half the 1% a 99% target allows is the most a plan may (an A100 here)."""
+    """The joint ILP's alone-miss budget (`with_alone_miss_budget`): without it, at 0.3 req/s
+    and 80 ms the sample's cheapest plan, two A10Gs, sends 0.57% of its requests where they
+    miss alone (predicted 99.1%, at the target only because the load is light); half the 1% a
+    99% target allows is the most a plan may (an A100 here)."""
     body = service("chat", 0.3, "t0", pools=["l4", "a10g", "a100-80gb"], slo={"tpotMs": 80})
     sd = chat(body)
     assert missed_alone(body, sd) <= 0.005
     assert sd.target is not None and sd.target.get("a100-80gb")
-    monkeypatch.setattr(cluster, "within_alone_misses", lambda instance, _: instance)
+    monkeypatch.setattr(cluster, "with_alone_miss_budget", lambda demand, _: demand)
     unfiltered = chat(body)
     assert missed_alone(body, unfiltered) > 0.005
     assert unfiltered.status.cost_per_hour is not None and sd.status.cost_per_hour is not None

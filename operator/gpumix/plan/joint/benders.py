@@ -49,7 +49,7 @@ import pulp
 from gpumix.plan.instance import Bucket
 from gpumix.plan.joint import model as jm
 from gpumix.plan.joint.instance import JointInstance, PoolLimit, ServiceDemand
-from gpumix.plan.model import MIN_CAPACITY_LOAD, capacity_loads
+from gpumix.plan.model import LOAD_TOL, MIN_CAPACITY_LOAD, capacity_loads
 from gpumix.plan.result import SolveResult
 from gpumix.plan.solvers import highs_available, run
 
@@ -107,16 +107,27 @@ class RoutingLP:
         self.loads = {
             (g, o): sum(loads[b, o] for b in self.groups[g].buckets) for g, o in self.pairs
         }
-        n_g, n_o = len(self.groups), len(options)
+        # The alone-miss budget (the compact model's add_alone_miss_budgets), in shares of the
+        # demand: Σ c[g,o]·x[g,o] − m ≤ β, its excess m costing as overload does.
+        budget = service.alone_miss_budget
+        total = service.total_rate
+        self.budget = None if budget is None or total <= 0 else budget + LOAD_TOL
+        self.miss = np.array([
+            sum(service.alone_miss_rate(o, b) for b in self.groups[g].buckets) / total
+            if self.budget is not None else 0.0
+            for g, o in self.pairs
+        ])  # fmt: skip
+        n_g, n_o, n_m = len(self.groups), len(options), int(self.budget is not None)
         h: Any = cast(Any, highspy).Highs()  # highspy's stubs lack the bulk calls used here
         h.setOptionValue("output_flag", False)
         inf = highspy.kHighsInf
-        rows_lo = np.concatenate([np.ones(n_g), np.full(n_o, -inf)])
-        rows_hi = np.concatenate([np.ones(n_g), np.zeros(n_o)])
-        h.addRows(n_g + n_o, rows_lo, rows_hi, 0, np.zeros(0, np.int32), np.zeros(0, np.int32),
-                  np.zeros(0))  # fmt: skip
-        # t_o (overload, cost 1) then x[g,o] (share of group g on option o, cost 0).
+        rows_lo = np.concatenate([np.ones(n_g), np.full(n_o + n_m, -inf)])
+        rows_hi = np.concatenate([np.ones(n_g), np.zeros(n_o), np.full(n_m, self.budget or 0)])
+        h.addRows(n_g + n_o + n_m, rows_lo, rows_hi, 0, np.zeros(0, np.int32),
+                  np.zeros(0, np.int32), np.zeros(0))  # fmt: skip
+        # t_o (overload, cost 1), x[g,o] (share of group g on option o, cost 0), then m.
         option_row = {o: n_g + i for i, o in enumerate(options)}
+        budget_row = n_g + n_o
         starts: list[int] = []
         index: list[int] = []
         value: list[float] = []
@@ -124,12 +135,19 @@ class RoutingLP:
             starts.append(len(index))
             index.append(option_row[o])
             value.append(-1.0)
-        for g, o in self.pairs:
+        for (g, o), miss in zip(self.pairs, self.miss, strict=True):
             starts.append(len(index))
             index += [g, option_row[o]]
             value += [1.0, self.loads[g, o]]
-        n_cols = n_o + len(self.pairs)
-        costs = np.concatenate([np.ones(n_o), np.zeros(len(self.pairs))])
+            if miss > 0:
+                index.append(budget_row)
+                value.append(float(miss))
+        if n_m:
+            starts.append(len(index))
+            index.append(budget_row)
+            value.append(-1.0)
+        n_cols = n_o + len(self.pairs) + n_m
+        costs = np.concatenate([np.ones(n_o), np.zeros(len(self.pairs)), np.ones(n_m)])
         lower, upper = np.zeros(n_cols), np.full(n_cols, inf)
         h.addCols(n_cols, costs, lower, upper, len(index), np.array(starts, np.int32),
                   np.array(index, np.int32), np.array(value))  # fmt: skip
@@ -138,7 +156,7 @@ class RoutingLP:
         self.pair_option = np.array([option_row[o] - n_g for _, o in self.pairs], np.int64)
         self.pair_load = np.array([self.loads[pair] for pair in self.pairs])
         self.rows = np.array([option_row[o] for o in options], np.int32)
-        self.pair_cols = np.arange(n_o, n_cols, dtype=np.int32)
+        self.pair_cols = np.arange(n_o, n_o + len(self.pairs), dtype=np.int32)
         self.n_g = n_g
         self._inf = inf
 
@@ -167,19 +185,25 @@ class RoutingLP:
         if overload <= FEASIBLE_OVERLOAD:
             return overload, None
         solution = self.highs.getSolution()
-        mu = np.maximum(0.0, -np.asarray(solution.row_dual)[self.n_g :])
-        col_dual = np.asarray(solution.col_dual)[len(self.options) :]
+        n_o = len(self.options)
+        row_dual = np.maximum(0.0, -np.asarray(solution.row_dual))
+        mu = row_dual[self.n_g : self.n_g + n_o]
+        nu = float(row_dual[self.n_g + n_o]) if self.budget is not None else 0.0
+        col_dual = np.asarray(solution.col_dual)[n_o : n_o + len(self.pairs)]
         pi = np.where(bounded, np.maximum(0.0, -col_dual), 0.0)
-        # θ_g = min_o (μ_o·L[g,o] + π[g,o]) makes (θ, μ, π) dual feasible, and x[g,o] ≤ y_o
-        # holds wherever traffic is carried, so the cut is valid by construction.
+        # θ_g = min_o (μ_o·L[g,o] + π[g,o] + ν·c[g,o]) makes (θ, μ, π, ν) dual feasible, and
+        # x[g,o] ≤ y_o holds wherever traffic is carried, so the cut (its right-hand side less
+        # ν·β) is valid by construction.
         theta = np.full(self.n_g, np.inf)
-        np.minimum.at(theta, self.pair_group, mu[self.pair_option] * self.pair_load + pi)
+        np.minimum.at(
+            theta, self.pair_group, mu[self.pair_option] * self.pair_load + pi + nu * self.miss
+        )
         coefficients = mu.copy()
         np.add.at(coefficients, self.pair_option, pi)
         # Raising a coefficient only weakens the cut; a tiny one (a tiny bucket's π) is what
         # HiGHS's presolve misreads next to whole replicas (see MIN_CAPACITY_LOAD).
         coefficients = np.where(coefficients > 0, np.maximum(coefficients, MIN_CUT_COEFFICIENT), 0)
-        rhs = float(theta.sum())
+        rhs = float(theta.sum()) - nu * (self.budget or 0.0)
         return overload, Cut(
             {o: float(c) for o, c in zip(self.options, coefficients, strict=True) if c > 0}, rhs
         )
@@ -203,7 +227,7 @@ class RoutingLP:
         back summing to 1 ± 1e-6."""
         values = self.highs.getSolution().col_value
         n_o = len(self.options)
-        x = np.maximum(0.0, np.asarray(values[n_o:], dtype=float))
+        x = np.maximum(0.0, np.asarray(values[n_o : n_o + len(self.pairs)], dtype=float))
         total = np.zeros(self.n_g)
         np.add.at(total, self.pair_group, x)
         x /= np.where(total > 0, total, 1.0)[self.pair_group]

@@ -14,7 +14,14 @@ import itertools
 from enum import StrEnum
 from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gpumix.plan.instance import Bucket, Matrix, _check_rectangular
 
@@ -50,15 +57,18 @@ class ReplicaOption(BaseModel):
     the objective only; not paid, not in budgets, not charged as churn."""
     max_tput: Matrix
     """MaxTput of one replica in req/s per bucket at the service's SLO; 0 = cannot serve."""
+    alone_miss: Matrix | None = None
+    """Share of each bucket's requests that miss the SLO on this option even alone on an idle
+    replica (:attr:`gpumix.plan.GPUOption.alone_miss`); ``None``: not known (counted as none)."""
     running: int = Field(default=0, ge=0)
     """Replicas of this option running now: the churn penalty charges only replicas above it."""
     fixed: int | None = Field(default=None, ge=0)
     """Pin the replica count (e.g. an autoscaler owns the Deployment); ``None`` = free."""
 
-    @field_validator("max_tput")
+    @field_validator("max_tput", "alone_miss")
     @classmethod
-    def _rectangular(cls, value: Matrix) -> Matrix:
-        return _check_rectangular(value, "max_tput")
+    def _rectangular(cls, value: Matrix | None, info: ValidationInfo) -> Matrix | None:
+        return None if value is None else _check_rectangular(value, str(info.field_name))
 
 
 class Group(NamedTuple):
@@ -90,6 +100,10 @@ class ServiceDemand(BaseModel):
     input_edges: list[int] | None = None
     output_edges: list[int] | None = None
     slo_label: str = ""
+    alone_miss_budget: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    """Most share of the service's requests a plan may place where they miss the SLO even alone
+    (:attr:`ReplicaOption.alone_miss`), as :attr:`gpumix.plan.AllocationInstance.alone_miss_budget`
+    bounds a single service's plan; ``None``: no such bound."""
     routable: bool = False
     """Split each input row as one (:meth:`groups`): the split a router that sees the prompt
     but not the answer's length can execute (:mod:`gpumix.plan.routable`)."""
@@ -106,9 +120,12 @@ class ServiceDemand(BaseModel):
             raise ValueError(f"service {self.name}: option names must be unique: {names}")
         shape = self.shape
         for o in self.options:
-            got = (len(o.max_tput), len(o.max_tput[0]))
-            if got != shape:
-                raise ValueError(f"service {self.name}: option {o.name} is {got}, rates {shape}")
+            for matrix in (o.max_tput, o.alone_miss):
+                got = shape if matrix is None else (len(matrix), len(matrix[0]))
+                if got != shape:
+                    raise ValueError(
+                        f"service {self.name}: option {o.name} is {got}, rates {shape}"
+                    )
         for edges, size in ((self.input_edges, shape[0]), (self.output_edges, shape[1])):
             if edges is not None and (
                 len(edges) != size + 1 or any(b <= a for a, b in itertools.pairwise(edges))
@@ -156,6 +173,21 @@ class ServiceDemand(BaseModel):
             else:
                 out.extend(parts)
         return out
+
+    def alone_miss_rate(self, option: int, bucket: Bucket) -> float:
+        """req/s of ``bucket`` that miss the SLO even alone if all of it ran on ``option``."""
+        miss = self.options[option].alone_miss
+        i, j = bucket
+        return 0.0 if miss is None else self.rates[i][j] * miss[i][j]
+
+    def least_alone_miss(self) -> float:
+        """Share of the requests that miss even alone where the fewest do (each group on its
+        least missing option; pools aside): a budget below it leaves no plan that serves all."""
+        least = sum(
+            min((sum(self.alone_miss_rate(o, b) for b in buckets) for o in options), default=0.0)
+            for buckets, options in self.groups()
+        )
+        return least / self.total_rate if self.total_rate > 0 else 0.0
 
     def servable(self, bucket: Bucket) -> list[int]:
         """Options whose MaxTput for ``bucket`` is above 0 (the SLO can be met there)."""

@@ -35,7 +35,7 @@ import pulp
 
 from gpumix.plan.instance import Bucket
 from gpumix.plan.joint.instance import JointInstance, ServiceDemand
-from gpumix.plan.model import capacity_loads
+from gpumix.plan.model import LOAD_TOL, capacity_loads
 
 Key = tuple[int, int]
 """(service index, option index)."""
@@ -97,7 +97,8 @@ def dominated(instance: JointInstance) -> set[Key]:
     least as much of every bucket (``m·MaxTput_A ≥ MaxTput_B``): any ``B`` replica can then be
     swapped for ``m`` of ``A`` on the same GPUs. The swap adds ``m − 1`` replicas, which a
     ``minReplicas`` floor only welcomes but a ``maxReplicas`` cap may forbid: under a cap only
-    ``m = 1`` prunes. Running or pinned options are never pruned (the churn penalty and the
+    ``m = 1`` prunes. Under an alone-miss budget, ``A`` must also miss no more requests alone
+    in any bucket. Running or pinned options are never pruned (the churn penalty and the
     pins refer to them); among identical options the first stays.
     """
     out: set[Key] = set()
@@ -121,6 +122,12 @@ def dominated(instance: JointInstance) -> set[Key]:
                     m * ts >= tb
                     for rs, rb in zip(small.max_tput, big.max_tput, strict=True)
                     for ts, tb in zip(rs, rb, strict=True)
+                ) and (
+                    service.alone_miss_budget is None
+                    or all(
+                        service.alone_miss_rate(a, bucket) <= service.alone_miss_rate(b, bucket)
+                        for bucket in service.buckets_with_traffic()
+                    )
                 ):
                     out.add((si, b))
                     break
@@ -243,6 +250,40 @@ def add_bought_only(
         slices = 1.0 if model.alpha is not None else instance.services[si].slice_factor
         var = model.placement[keys[0]]
         problem += (1 / slices) * var - model.counts[si, o] <= 0, f"bought_{name}"
+
+
+def miss_terms(
+    instance: JointInstance, model: JointModel, si: int
+) -> list[pulp.LpAffineExpression]:
+    """Service ``si``'s req/s placed where they miss even alone, per placement variable: a
+    slice of each bucket of its group (min-cost; max-throughput: ``α/A`` times it)."""
+    service = instance.services[si]
+    per = 1.0 if model.alpha is not None else 1.0 / service.slice_factor
+    return [
+        per * sum(service.alone_miss_rate(o, b) for _, b, o in keys) * model.placement[keys[0]]
+        for keys in variable_groups(model).values()
+        if keys[0][0] == si
+    ]
+
+
+def add_alone_miss_budgets(
+    problem: pulp.LpProblem, instance: JointInstance, model: JointModel
+) -> None:
+    """Each service's :attr:`ServiceDemand.alone_miss_budget`: requests placed where they miss
+    even alone (capacity cannot recover them; ours, as :func:`gpumix.plan.model.
+    add_alone_miss_budget`), at most that share of its demand (max-throughput: of ``α`` times
+    it)."""
+    for si, service in enumerate(instance.services):
+        if service.alone_miss_budget is None:
+            continue
+        terms = miss_terms(instance, model, si)
+        if not terms:  # the replica-count master: RoutingLP bounds it
+            continue
+        limit = (service.alone_miss_budget + LOAD_TOL) * service.total_rate
+        if model.alpha is not None:
+            problem += pulp.lpSum(terms) - limit * model.alpha <= 0, f"alone_miss_s{si}"
+        else:
+            problem += pulp.lpSum(terms) <= limit, f"alone_miss_s{si}"
 
 
 def add_coverage(
@@ -434,6 +475,7 @@ def build(
     else:
         add_coverage(problem, instance, model, pruned)
     add_capacity(problem, instance, model)
+    add_alone_miss_budgets(problem, instance, model)
     add_bought_only(problem, instance, model, bounded)
     add_pool_limits(problem, instance, model)
     add_budgets(problem, instance, model)

@@ -90,6 +90,19 @@ def validate_joint(instance: JointInstance, plan: JointAllocation) -> list[str]:
                     )
                 if rate == 0 and scale and totals[i][j] != 0:
                     problems.append(f"{service.name} bucket ({i}, {j}): traffic on an empty bucket")
+        if service.alone_miss_budget is not None:
+            missed = sum(
+                alloc.share[option.name][i][j] * service.alone_miss_rate(o, (i, j))
+                for o, option in enumerate(service.options)
+                for i in range(rows)
+                for j in range(cols)
+            )
+            allowed = (service.alone_miss_budget + ASSIGN_REL_TOL) * service.total_rate
+            if missed > allowed:
+                problems.append(
+                    f"{service.name}: {missed:.6g} req/s placed where they miss alone, over "
+                    f"its budget {service.alone_miss_budget:.6g} of {service.total_rate:.6g}"
+                )
         if alloc.unserved_rate > 0 and not instance.allow_partial:
             problems.append(f"{service.name}: unserved traffic without allow_partial")
         if not math.isclose(unserved_rate, alloc.unserved_rate, rel_tol=1e-6, abs_tol=1e-9):
