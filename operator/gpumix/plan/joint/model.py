@@ -252,38 +252,31 @@ def add_bought_only(
         problem += (1 / slices) * var - model.counts[si, o] <= 0, f"bought_{name}"
 
 
-def miss_terms(
-    instance: JointInstance, model: JointModel, si: int
-) -> list[pulp.LpAffineExpression]:
-    """Service ``si``'s req/s placed where they miss even alone, per placement variable: a
-    slice of each bucket of its group (min-cost; max-throughput: ``α/A`` times it)."""
-    service = instance.services[si]
-    per = 1.0 if model.alpha is not None else 1.0 / service.slice_factor
-    return [
-        per * sum(service.alone_miss_rate(o, b) for _, b, o in keys) * model.placement[keys[0]]
-        for keys in variable_groups(model).values()
-        if keys[0][0] == si
-    ]
-
-
 def add_alone_miss_budgets(
     problem: pulp.LpProblem, instance: JointInstance, model: JointModel
 ) -> None:
     """Each service's :attr:`ServiceDemand.alone_miss_budget`: requests placed where they miss
     even alone (capacity cannot recover them; ours, as :func:`gpumix.plan.model.
     add_alone_miss_budget`), at most that share of its demand (max-throughput: of ``α`` times
-    it)."""
-    for si, service in enumerate(instance.services):
+    it). A placement variable places a slice of each bucket of its group (max-throughput:
+    ``α/A`` of each)."""
+    terms: dict[int, list[pulp.LpAffineExpression]] = {}
+    for keys in variable_groups(model).values():
+        si, _, o = keys[0]
+        service = instance.services[si]
         if service.alone_miss_budget is None:
             continue
-        terms = miss_terms(instance, model, si)
-        if not terms:  # the replica-count master: RoutingLP bounds it
-            continue
+        per = 1.0 if model.alpha is not None else 1.0 / service.slice_factor
+        missed = per * sum(service.alone_miss_rate(o, b) for _, b, _ in keys)
+        terms.setdefault(si, []).append(missed * model.placement[keys[0]])
+    for si, row in terms.items():  # none in the replica-count master: RoutingLP bounds it
+        service = instance.services[si]
+        assert service.alone_miss_budget is not None
         limit = (service.alone_miss_budget + LOAD_TOL) * service.total_rate
         if model.alpha is not None:
-            problem += pulp.lpSum(terms) - limit * model.alpha <= 0, f"alone_miss_s{si}"
+            problem += pulp.lpSum(row) - limit * model.alpha <= 0, f"alone_miss_s{si}"
         else:
-            problem += pulp.lpSum(terms) <= limit, f"alone_miss_s{si}"
+            problem += pulp.lpSum(row) <= limit, f"alone_miss_s{si}"
 
 
 def add_coverage(
