@@ -14,10 +14,12 @@ The joint ILP loads each option up to its MaxTput, where the *mean* TPOT equals 
 §5.3), so a plan can be predicted to miss slo.attainmentTarget by far. The pass therefore closes
 the loop `gpumix plan --planner slo` closes offline (:func:`gpumix.attainment.plan_to_target`):
 simulate each service's plan, derate the MaxTput of the options whose pools miss the target
-(:func:`gpumix.attainment.derate_step`) and solve again, for at most ``DERATING_ROUNDS``
-rounds (:func:`_plan_to_targets`), never at the cost of another service's traffic: the whole
-joint ILP in each round when every service searches (a first pass), else each searching
-service alone in the capacity the others leave, then the fleet once (a change). The search
+(:func:`gpumix.attainment.derate_step`) and solve again, until a plan reaches the search's aim
+(:func:`gpumix.attainment.aim`, a standard error above the target), for at most
+``DERATING_ROUNDS`` rounds (:func:`_plan_to_targets`), never at the cost of another service's
+traffic: the whole joint ILP in each round when every service searches (a first pass), else
+each searching service alone in the capacity the others leave, then the fleet once (a
+change). The search
 runs to its end in the pass that starts it (a new spec generation): the factors it found are
 kept in status.derating and later passes plan with them and search no further, so an
 unchanged cluster is planned the same way pass after pass. Spread over passes,
@@ -49,6 +51,7 @@ from gpumix.attainment import (
     MAX_ROUNDS,
     STALL_GAIN,
     PredictedAttainment,
+    aim,
     derate_step,
     derated,
     stalled,
@@ -700,7 +703,7 @@ def _search_alone(
                 break  # capacity ran out: derating further only leaves traffic unserved
             rounds.append(trial)
         best = rounds[_best_round(c, rounds)]
-        if not _holds(c, best):
+        if not _aimed(c, best):
             best = _grown(c, best, first, solved, capacity=capacity, budget=left) or best
         factors[c.key], steps[c.key] = best.factors[c.key], best.steps[c.key]
         plans[c.key] = best.plan.services[_demand_name(c.key)]
@@ -737,24 +740,25 @@ def _grown(
     budget: float | None,
 ) -> _Round | None:
     """The first of at most ``GROW_ROUNDS`` plans, ``best``'s with one replica more each time
-    of the option whose pool meets the least, that reaches the target; ``None`` when none
-    does (the search's best stands: a plan that does not hold is not kept, and the next pass
-    would move off it). Derating shrinks the missing option's MaxTput until its load no
-    longer fits, and the optimum may then move the traffic to other options rather than buy
-    one more replica: ``code-70b-2rps-150ms`` on ``bench/attainment.py`` (h100-tp4×1, 98.6%)
-    wandered over A100 mixes at 67-95% for twelve rounds where h100-tp4×2 meets 99.4%, as
+    of the option whose pool meets the least, that reaches the search's aim (:func:`_aimed`),
+    else the first of ``best`` and them that holds the target; ``None`` when none does (the
+    search's best stands: a plan that does not hold is not kept, and the next pass would move
+    off it). Derating shrinks the missing option's MaxTput until its load no longer fits, and
+    the optimum may then move the traffic to other options rather than buy one more replica:
+    ``code-70b-2rps-150ms`` on ``bench/attainment.py`` (h100-tp4×1, 98.6%) wandered over A100
+    mixes at 67-95% for twelve rounds where h100-tp4×2 meets 99.4%, as
     `gpumix plan` finds among its single-type baselines (replicas added one at a time)."""
-    r = best
+    r, held = best, best if _holds(c, best) else None
     for _ in range(GROW_ROUNDS):
         predicted = r.predicted[c.key]
         alloc = r.plan.services[_demand_name(c.key)]
         if not isinstance(predicted, PredictedAttainment) or stalled(predicted) or alloc.short:
-            return None
+            return held
         counts = {o: n for o, n in alloc.counts.items() if n}
         pools = predicted.pools
         option = min(counts, key=lambda o: (pools[o].met if o in pools else 1.0, o), default=None)
         if option is None:
-            return None
+            return held
         counts[option] += 1
         choice, spec = c.problem.choices[option], c.service.spec
         used = _pool_gpus(c, counts)[choice.pool]
@@ -767,20 +771,21 @@ def _grown(
             or any(cost > b + 1e-9 for b in caps)
             or (most is not None and sum(counts.values()) > most)
         ):
-            return None  # pinned, a replica the pool, a budget or maxReplicas has no room for
+            return held  # pinned, a replica the pool, a budget or maxReplicas has no room for
         try:
             r = solved([c], capacity, budget, (r.factors, r.steps), {c.key: counts})
         except Exception:  # no room for it, or the solver failed: the search's best stands
             log.info("attainment loop: %s: no plan with one more %s replica", _demand_name(c.key),
                      option)  # fmt: skip
-            return None
+            return held
         if not _serves_as_much(r, first):
-            return None
-        if _holds(c, r):
+            return held
+        if _aimed(c, r):
             log.info("attainment loop: %s reaches its target with one more %s replica",
                      _demand_name(c.key), option)  # fmt: skip
             return r
-    return None
+        held = held or (r if _holds(c, r) else None)
+    return held
 
 
 HOLDING_ROUNDS = 3
@@ -941,6 +946,14 @@ def _holds(c: "_Candidate", r: _Round) -> bool:
     return isinstance(predicted, PredictedAttainment) and predicted.holds(_target(c))
 
 
+def _aimed(c: "_Candidate", r: _Round) -> bool:
+    """Whether round ``r``'s plan reaches what a search aims at, one standard error of its
+    prediction above the target (:func:`gpumix.attainment.aim`): a search stops there, where
+    a plan in force is kept while it holds the target itself (:func:`_holds`)."""
+    predicted = r.predicted[c.key]
+    return isinstance(predicted, PredictedAttainment) and predicted.holds(aim(_target(c)))
+
+
 def _kept_derating(c: "_Candidate") -> tuple[dict[str, float], int] | None:
     """The factors (and rounds) of the search status keeps for this service, when it ran for
     its current spec generation (for the options it still has); ``None``: no search has, and
@@ -993,13 +1006,13 @@ def _derate(candidates: list["_Candidate"], last: _Round) -> Step | None:
         alloc = last.plan.services[_demand_name(c.key)]
         if (
             not isinstance(predicted, PredictedAttainment)
-            or predicted.holds(_target(c))
+            or _aimed(c, last)
             or stalled(predicted)
             or alloc.short
             or steps[c.key] >= MAX_ROUNDS
         ):
             continue
-        stepped = derate_step(factors[c.key], predicted, alloc.counts, alloc.load, _target(c))
+        stepped = derate_step(factors[c.key], predicted, alloc.counts, alloc.load, aim(_target(c)))
         factors[c.key] = {o: max(round(f, 4), 1e-4) for o, f in stepped.items()}  # as kept
         steps[c.key] += 1
     return None if factors == last.factors else (factors, steps)
@@ -1023,7 +1036,7 @@ def _best_round(c: "_Candidate", rounds: list[_Round]) -> int:
     met = {i: m for i, r in enumerate(rounds) if (m := _met(c, r)) is not None}
     if not met:
         return 0
-    reached = [i for i in met if _holds(c, rounds[i])]
+    reached = [i for i in met if _aimed(c, rounds[i])]
     top = max(met.values())
     pool = reached or [i for i, m in met.items() if m >= top - STALL_GAIN]
     return min(pool, key=lambda i: (round(rounds[i].plan.services[name].cost_per_hour, 6), i))
