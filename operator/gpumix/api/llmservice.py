@@ -90,7 +90,9 @@ class Slo(ApiModel):
         ge=0.5,
         le=0.9999,
         description="Share of requests that must meet every SLO set here. gpumix simulates each "
-        "plan as it is deployed and plans the cheapest mix whose predicted attainment reaches it.",
+        "plan as it is deployed and plans the cheapest mix whose predicted attainment reaches it "
+        "(its search aims one standard error of the prediction above it; SLOAtRisk checks the "
+        "target itself).",
     )
 
 
