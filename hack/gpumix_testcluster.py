@@ -47,7 +47,7 @@ POOL_LABEL = "gpumix.io/hack-pool"  # on every node this module creates; value: 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_ANNOTATION_VALUE = "fake"
 
-SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_CIDR = "10.0.0.0/16"
 POD_CIDR = "10.1.0.0/16"
 
 JSON = dict[str, Any]
