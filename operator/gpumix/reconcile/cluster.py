@@ -813,12 +813,12 @@ def _single_type(
     """The cheapest plan of one option found that reaches the search's aim (:func:`_aimed`),
     and costs less than ``best`` when that reaches it too; ``None`` when none does. Each
     option is searched as the service was, derated from 1 at most ``DERATING_ROUNDS`` times,
-    in the order of its underated single-type cost, and only while it is cheaper than the best
-    plan so far (derating only raises the cost). Derating every pool that misses keeps a mix a
-    mix, so a search can climb for ever smaller gains over a mix dearer than a single type it
-    never tried:
-    ``rag-7b-50rps-40ms`` on ``bench/attainment.py`` took 12 rounds from 60 to 210 $/h
-    (h100×14 + h100-tp2×7, predicted 0.992) where h100-tp2×8 is predicted at 0.992 for 120 $/h.
+    in the order of its underated single-type cost, where the pools have room for that, and
+    only while it is cheaper than the best plan so far (derating only raises the cost).
+    Derating every pool that misses keeps a mix a mix, so a search can climb for ever smaller
+    gains over a mix dearer than a single type it never tried: ``rag-7b-50rps-40ms`` on
+    ``bench/attainment.py`` took 12 rounds from 60 to 210 $/h (h100×14 + h100-tp2×7, predicted
+    0.992) where h100-tp2×8 is predicted at 0.992 for 120 $/h.
     `gpumix plan` takes the cheapest single type that keeps the promise as its floor
     (:func:`gpumix.attainment.promise`); each is a search of its own, so the operator searches
     them only for a service whose search took more than ``SINGLE_TYPE_AFTER`` rounds."""
@@ -832,7 +832,10 @@ def _single_type(
             alone = solve(instance, only=g.name)
         except (UnservableBucketError, SolverError):  # this option cannot serve it alone
             continue
-        if alone is not None and alone.cost_per_hour < cost - 1e-9:
+        if alone is None or alone.cost_per_hour >= cost - 1e-9:
+            continue
+        # Derating only adds replicas: an option whose underated plan has no room never will.
+        if all(n <= capacity.get(p, n) for p, n in _pool_gpus(c, alone.counts).items()):
             starts[g.name] = alone.cost_per_hour
     found: _Round | None = None
     for option in sorted(starts, key=lambda o: (starts[o], o)):
