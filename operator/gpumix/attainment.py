@@ -315,6 +315,16 @@ def with_alone_miss_budget(demand: ServiceDemand, target: float) -> ServiceDeman
     return demand.model_copy(update={"alone_miss_budget": min(1.0, budget)})
 
 
+def with_instance_alone_miss_budget(
+    instance: AllocationInstance, target: float, formulation: Formulation, allowed: list[int]
+) -> AllocationInstance:
+    """``instance`` with the alone-miss budget of a plan to ``target`` on the ``allowed``
+    options: half the misses it allows, or the least any placement on them leaves."""
+    least = least_alone_miss(instance, formulation, allowed)
+    budget = max(ALONE_MISS_SHARE * (1 - target), least)
+    return instance.model_copy(update={"alone_miss_budget": budget})
+
+
 def least_alone_miss(
     instance: AllocationInstance, formulation: Formulation, allowed: list[int]
 ) -> float:
@@ -404,8 +414,7 @@ def plan_to_target(
         k for k, g in enumerate(instance.gpus) if only in (None, g.name) and instance.usable(k)
     ]
     instance = with_alone_misses(service, pools, profiles, instance, shape)
-    budget = max(ALONE_MISS_SHARE * (1 - target), least_alone_miss(instance, formulation, allowed))
-    instance = instance.model_copy(update={"alone_miss_budget": budget})
+    instance = with_instance_alone_miss_budget(instance, target, formulation, allowed)
     goal = aim(target, requests)
     factors = {g.name: 1.0 for g in instance.gpus}
     failed = dict(factors)

@@ -58,11 +58,12 @@ from gpumix.attainment import (
     stalled,
     with_alone_miss_budget,
     with_alone_misses,
+    with_instance_alone_miss_budget,
 )
 from gpumix.digestcache import DigestCache
 from gpumix.manifests import describe
 from gpumix.observe import ObservedWorkload, WorkloadDecision
-from gpumix.plan import SolverError, UnservableBucketError, solve
+from gpumix.plan import Formulation, SolverError, UnservableBucketError, solve
 from gpumix.plan.errors import InvalidAllocationError
 from gpumix.plan.joint import (
     JointAllocation,
@@ -813,8 +814,9 @@ def _single_type(
     """The cheapest plan of one option found that reaches the search's aim (:func:`_aimed`),
     and costs less than ``best`` when that reaches it too; ``None`` when none does. Each
     option is searched as the service was, derated from 1 at most ``DERATING_ROUNDS`` times,
-    in the order of its underated single-type cost, where the pools have room for that, and
-    only while it is cheaper than the best plan so far (derating only raises the cost).
+    in the order of its underated single-type cost, where the pools, budgets and maxReplicas
+    have room for that, and only while it is cheaper than the best plan so far (derating only
+    raises the cost).
     Derating every pool that misses keeps a mix a mix, so a search can climb for ever smaller
     gains over a mix dearer than a single type it never tried: ``rag-7b-50rps-40ms`` on
     ``bench/attainment.py`` took 12 rounds from 60 to 210 $/h (h100×14 + h100-tp2×7, predicted
@@ -823,9 +825,18 @@ def _single_type(
     (:func:`gpumix.attainment.promise`); each is a search of its own, so the operator searches
     them only for a service whose search took more than ``SINGLE_TYPE_AFTER`` rounds."""
     name = _demand_name(c.key)
-    instance = c.problem.instance
-    assert instance is not None  # a candidate has an instance (_unplannable)
+    assert c.problem.instance is not None  # a candidate has an instance (_unplannable)
+    # The joint ILP's alone-miss budget (with_alone_miss_budget) holds for one option too: an
+    # option alone that sends more requests where they miss alone has no plan.
+    usable = [k for k in range(len(c.problem.instance.gpus)) if c.problem.instance.usable(k)]
+    instance = with_instance_alone_miss_budget(
+        c.problem.instance, _target(c), Formulation.ROUTABLE, usable
+    )
     cost = best.plan.services[name].cost_per_hour if _aimed(c, best) else math.inf
+    spec = c.service.spec
+    caps = [
+        b for b in (budget, spec.budget.max_cost_per_hour if spec.budget else None) if b is not None
+    ]
     starts: dict[str, float] = {}
     for g in instance.gpus:
         try:
@@ -834,8 +845,14 @@ def _single_type(
             continue
         if alone is None or alone.cost_per_hour >= cost - 1e-9:
             continue
-        # Derating only adds replicas: an option whose underated plan has no room never will.
-        if all(n <= capacity.get(p, n) for p, n in _pool_gpus(c, alone.counts).items()):
+        # Derating only adds replicas: an underated plan without room, within the budgets and
+        # maxReplicas, never will have it.
+        used = _pool_gpus(c, alone.counts)
+        if (
+            all(n <= capacity.get(p, n) for p, n in used.items())
+            and all(alone.cost_per_hour <= b + 1e-9 for b in caps)
+            and (spec.max_replicas is None or sum(alone.counts.values()) <= spec.max_replicas)
+        ):
             starts[g.name] = alone.cost_per_hour
     found: _Round | None = None
     for option in sorted(starts, key=lambda o: (starts[o], o)):
