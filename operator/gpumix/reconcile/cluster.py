@@ -19,10 +19,9 @@ simulate each service's plan, derate the MaxTput of the options whose pools miss
 ``DERATING_ROUNDS`` rounds (:func:`_plan_to_targets`), never at the cost of another service's
 traffic: the whole joint ILP in each round when every service searches (a first pass), else
 each searching service alone in the capacity the others leave, then the fleet once (a
-change). The search
-runs to its end in the pass that starts it (a new spec generation): the factors it found are
-kept in status.derating and later passes plan with them and search no further, so an
-unchanged cluster is planned the same way pass after pass. Spread over passes,
+change). The search runs to its end in the pass that starts it (a new spec generation): the
+factors it found are kept in status.derating and later passes plan with them and search no
+further, so an unchanged cluster is planned the same way pass after pass. Spread over passes,
 as it was, every pass of a search changed the plan of services that nothing had changed (20
 services: 3-5 plan changes a pass, each a rollout). A generation that changed only the request
 rate starts its search from the factors kept (:func:`_carried`).
@@ -823,7 +822,7 @@ def _single_type(
     0.992) where h100-tp2×8 is predicted at 0.992 for 120 $/h.
     `gpumix plan` takes the cheapest single type that keeps the promise as its floor
     (:func:`gpumix.attainment.promise`); each is a search of its own, so the operator searches
-    them only for a service whose search took more than ``SINGLE_TYPE_AFTER`` rounds."""
+    them only for a service whose search took ``SINGLE_TYPE_AFTER`` rounds or more."""
     name = _demand_name(c.key)
     assert c.problem.instance is not None  # a candidate has an instance (_unplannable)
     # The joint ILP's alone-miss budget (with_alone_miss_budget) holds for one option too: an
