@@ -311,8 +311,8 @@ def with_alone_miss_budget(demand: ServiceDemand, target: float) -> ServiceDeman
     ``chat-70b-0.5rps-80ms``)."""
     if all(o.alone_miss is None for o in demand.options):
         return demand
-    budget = max(ALONE_MISS_SHARE * (1 - target), demand.least_alone_miss())
-    return demand.model_copy(update={"alone_miss_budget": min(1.0, budget)})
+    budget = alone_miss_budget(target, demand.least_alone_miss())
+    return demand.model_copy(update={"alone_miss_budget": budget})
 
 
 def with_instance_alone_miss_budget(
@@ -320,9 +320,15 @@ def with_instance_alone_miss_budget(
 ) -> AllocationInstance:
     """``instance`` with the alone-miss budget of a plan to ``target`` on the ``allowed``
     options: half the misses it allows, or the least any placement on them leaves."""
-    least = least_alone_miss(instance, formulation, allowed)
-    budget = max(ALONE_MISS_SHARE * (1 - target), least)
+    budget = alone_miss_budget(target, least_alone_miss(instance, formulation, allowed))
     return instance.model_copy(update={"alone_miss_budget": budget})
+
+
+def alone_miss_budget(target: float, least: float) -> float:
+    """Share of a service's requests a plan to ``target`` may place where they miss alone:
+    :data:`ALONE_MISS_SHARE` of the misses the target allows, or ``least``, the share the best
+    placement leaves, when that is more (a budget below it leaves no plan); at most all."""
+    return min(1.0, max(ALONE_MISS_SHARE * (1 - target), least))
 
 
 def least_alone_miss(

@@ -1029,18 +1029,19 @@ def _met(c: "_Candidate", r: _Round) -> float | None:
     return predicted.met if isinstance(predicted, PredictedAttainment) else None
 
 
-def _holds(c: "_Candidate", r: _Round) -> bool:
-    """Whether round ``r``'s plan keeps this service's promise (`PredictedAttainment.holds`)."""
+def _holds(c: "_Candidate", r: _Round, *, aimed: bool = False) -> bool:
+    """Whether round ``r``'s plan keeps this service's promise (`PredictedAttainment.holds`),
+    or with ``aimed`` reaches what a search aims at (:func:`_aimed`)."""
     predicted = r.predicted[c.key]
-    return isinstance(predicted, PredictedAttainment) and predicted.holds(_target(c))
+    level = aim(_target(c)) if aimed else _target(c)
+    return isinstance(predicted, PredictedAttainment) and predicted.holds(level)
 
 
 def _aimed(c: "_Candidate", r: _Round) -> bool:
     """Whether round ``r``'s plan reaches what a search aims at, one standard error of its
     prediction above the target (:func:`gpumix.attainment.aim`): a search stops there, where
     a plan in force is kept while it holds the target itself (:func:`_holds`)."""
-    predicted = r.predicted[c.key]
-    return isinstance(predicted, PredictedAttainment) and predicted.holds(aim(_target(c)))
+    return _holds(c, r, aimed=True)
 
 
 def _kept_derating(c: "_Candidate") -> tuple[dict[str, float], int] | None:
