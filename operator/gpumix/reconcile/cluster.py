@@ -450,11 +450,25 @@ def _prepare(
         for option, c in problem.choices.items()
         if (key[0], deployment_name(key[1], c.pool, c.gpus_per_replica)) in snap.autoscalers
     }
+    last = prev_workload.planned_request_rate if prev_workload is not None else None
+    spec = service.spec
+    rate = planned_rate(
+        spec.workload.request_rate, last if running.replicas else None, spec.churn.tolerance
+    )
     candidate = _Candidate(
         key=key, service=service, problem=problem, running=running, previous=prev_status,
-        conflicts=conflicts, generation=generation, shape=shape,
+        conflicts=conflicts, generation=generation, shape=shape, rate=rate,
     )  # fmt: skip
-    return _Prepared(workload=workload, forecast=forecast, batch=batch, outcome=candidate)
+    return _Prepared(
+        workload=workload, forecast=forecast, batch=batch,
+        outcome=_with_alone_miss_budget(candidate),
+    )  # fmt: skip
+
+
+def _with_alone_miss_budget(c: "_Candidate") -> "_Candidate":
+    """``c`` with the alone-miss budget of its joint ILP rows."""
+    demand = with_alone_miss_budget(_demand(c, None, None), c.service.spec.slo.attainment_target)
+    return c.model_copy(update={"alone_miss_budget": demand.alone_miss_budget})
 
 
 def _planned(
@@ -504,6 +518,13 @@ class _Candidate(BaseModel):
     generation: int | None
     shape: ModelShape | None
     """The model's shape (`gpumix.reconcile.modelshape.service_shape`); None: not known."""
+    rate: float
+    """The request rate planned for (`gpumix.plan.joint.churn.planned_rate`)."""
+    alone_miss_budget: float | None = None
+    """Its joint ILP rows' alone-miss budget (:func:`gpumix.attainment.with_alone_miss_budget`),
+    set once a pass (:func:`_with_alone_miss_budget`): the same in every solve, as derating
+    keeps which options serve each bucket and the planned rate scales every bucket alike (at
+    500 services, computed per solve, 1 s of a 3 s steady pass)."""
 
 
 def _demand_name(key: ObjectKey) -> str:
@@ -572,7 +593,7 @@ def _plan_to_targets(
     with the rounds so far: derating may only improve on the first plan."""
     start = {c.key: _kept_derating(c) for c in candidates}
     searching = [c for c in candidates if start[c.key] is None]
-    _, rates = _joint_instance(candidates, available, snap.budget_per_hour, {})
+    rates = {_demand_name(c.key): c.rate for c in candidates}
     room = dict(available)
     held = {
         c.key: plan for c in candidates
@@ -589,7 +610,7 @@ def _plan_to_targets(
         factors, steps = step
         pins: dict[ObjectKey, Pins] = {c.key: held[c.key] for c in among if c.key in held}
         pins |= pinned or {}
-        instance, _ = _joint_instance(among, capacity, budget, factors, pins or None)
+        instance = _joint_instance(among, capacity, budget, factors, pins or None)
         plan = _solve(instance.model_dump_json(), snap.time_limit_s)
         assert plan is not None  # partial service is on: never infeasible
         predicted = {
@@ -1155,60 +1176,57 @@ def _joint_instance(
     budget: float | None,
     derating: dict[ObjectKey, dict[str, float]],
     pinned: Mapping[ObjectKey, Pins] | None = None,
-) -> tuple[JointInstance, dict[str, float]]:
+) -> JointInstance:
     """The joint ILP's input, each service's MaxTput scaled by its ``derating`` factors and the
     replicas of the ``pinned`` services fixed (per option; absent: none)."""
-    services = []
-    rates: dict[str, float] = {}
-    for c in candidates:
-        spec = c.service.spec
-        instance = c.problem.instance
-        assert instance is not None
-        if derating.get(c.key):
-            instance = derated(instance, derating[c.key])
-        previous = c.previous.workload if c.previous is not None else None
-        last = previous.planned_request_rate if previous is not None else None
-        actual = spec.workload.request_rate
-        rate = planned_rate(actual, last if c.running.replicas else None, spec.churn.tolerance)
-        name = _demand_name(c.key)
-        rates[name] = rate
-        # Replicas the KV scheduler removed still count as running for churn (sticky plans).
-        kv_prev = c.previous.kv_scheduler if c.previous else None
-        kv_back = reductions(spec.kv_migration, kv_prev, planned_targets(c.previous))
-        pins = (pinned or {}).get(c.key)
-        scale = rate / actual if actual > 0 else 1.0
-        options = [
-            ReplicaOption(
-                name=gpu.name,
-                pool=c.problem.choices[gpu.name].pool,
-                gpus_per_replica=c.problem.choices[gpu.name].gpus_per_replica,
-                cost_per_hour=gpu.cost_per_hour,
-                max_tput=gpu.max_tput,
-                running=c.running.replicas.get(gpu.name, 0) + kv_back.get(gpu.name, 0),
-                fixed=_fixed(c, gpu.name, pins),
-                alone_miss=gpu.alone_miss,
-            )
-            for gpu in instance.gpus
-        ]
-        demand = ServiceDemand(
-            name=name,
-            rates=[[r * scale for r in row] for row in instance.rates],
-            options=options,
-            slice_factor=instance.slice_factor,
-            priority=Priority.BATCH if spec.priority == "Batch" else Priority.INTERACTIVE,
-            weight=spec.weight,
-            budget_per_hour=spec.budget.max_cost_per_hour if spec.budget else None,
-            churn_penalty=spec.churn.penalty,
-            min_replicas=spec.min_replicas,
-            max_replicas=spec.max_replicas,
-            input_edges=instance.input_edges,
-            output_edges=instance.output_edges,
-            slo_label=instance.slo_label,
-            routable=True,
-        )
-        services.append(with_alone_miss_budget(demand, spec.slo.attainment_target))
+    services = [_demand(c, derating.get(c.key), (pinned or {}).get(c.key)) for c in candidates]
     pools = [PoolLimit(name=p, gpus=g) for p, g in sorted(available.items())]
-    return JointInstance(services=services, pools=pools, budget_per_hour=budget), rates
+    return JointInstance(services=services, pools=pools, budget_per_hour=budget)
+
+
+def _demand(c: "_Candidate", factors: dict[str, float] | None, pins: Pins | None) -> ServiceDemand:
+    """``c``'s service in the joint ILP at its planned rate, its MaxTput scaled by ``factors``
+    and its replicas ``pins`` fixed, with its alone-miss budget."""
+    spec = c.service.spec
+    instance = c.problem.instance
+    assert instance is not None
+    if factors:
+        instance = derated(instance, factors)
+    # Replicas the KV scheduler removed still count as running for churn (sticky plans).
+    kv_prev = c.previous.kv_scheduler if c.previous else None
+    kv_back = reductions(spec.kv_migration, kv_prev, planned_targets(c.previous))
+    actual = spec.workload.request_rate
+    scale = c.rate / actual if actual > 0 else 1.0
+    options = [
+        ReplicaOption(
+            name=gpu.name,
+            pool=c.problem.choices[gpu.name].pool,
+            gpus_per_replica=c.problem.choices[gpu.name].gpus_per_replica,
+            cost_per_hour=gpu.cost_per_hour,
+            max_tput=gpu.max_tput,
+            running=c.running.replicas.get(gpu.name, 0) + kv_back.get(gpu.name, 0),
+            fixed=_fixed(c, gpu.name, pins),
+            alone_miss=gpu.alone_miss,
+        )
+        for gpu in instance.gpus
+    ]
+    return ServiceDemand(
+        name=_demand_name(c.key),
+        rates=[[r * scale for r in row] for row in instance.rates],
+        options=options,
+        slice_factor=instance.slice_factor,
+        priority=Priority.BATCH if spec.priority == "Batch" else Priority.INTERACTIVE,
+        weight=spec.weight,
+        budget_per_hour=spec.budget.max_cost_per_hour if spec.budget else None,
+        churn_penalty=spec.churn.penalty,
+        min_replicas=spec.min_replicas,
+        max_replicas=spec.max_replicas,
+        input_edges=instance.input_edges,
+        output_edges=instance.output_edges,
+        slo_label=instance.slo_label,
+        routable=True,
+        alone_miss_budget=c.alone_miss_budget,
+    )
 
 
 def _fixed(c: "_Candidate", option: str, pins: Pins | None) -> int | None:

@@ -45,10 +45,24 @@ def test_max_replicas_binding_keeps_the_large_replica(decompose: bool) -> None:
     assert plan.cost_per_hour == pytest.approx(2.0)
 
 
+def test_an_option_is_not_pruned_for_one_pinned_at_zero() -> None:
+    """``a`` alone dominates ``a-tp2``, but pinned at zero it cannot take its replicas: the
+    plan is one ``a-tp2``, all served (pruned, it was nothing, all unserved)."""
+    inst = tp(None)
+    small, big = inst.services[0].options
+    pinned = inst.services[0].model_copy(
+        update={"options": [small.model_copy(update={"fixed": 0}), big]}
+    )
+    plan = solve_joint(inst.model_copy(update={"services": [pinned], "allow_partial": True}))
+    assert plan is not None
+    assert plan.services["s"].counts == {"a": 0, "a-tp2": 1}
+    assert plan.services["s"].unserved_rate == 0
+
+
 @st.composite
 def capped(draw: st.DrawFn) -> JointInstance:
     """Random services whose tp2/tp4 options are often dominated by tp1 (near-linear scaling),
-    under small ``maxReplicas`` caps and ``minReplicas`` floors."""
+    under small ``maxReplicas`` caps and ``minReplicas`` floors, some options pinned."""
     services = []
     for s in range(draw(st.integers(1, 2))):
         options = []
@@ -60,6 +74,7 @@ def capped(draw: st.DrawFn) -> JointInstance:
                 options.append(ReplicaOption(
                     name=f"{pool}-tp{k}", pool=pool, gpus_per_replica=k, cost_per_hour=price * k,
                     max_tput=[[per_gpu * k * scaling, draw(st.sampled_from([0.0, per_gpu * k]))]],
+                    fixed=draw(st.sampled_from([None, None, None, 0, 1])),
                 ))  # fmt: skip
         services.append(ServiceDemand(
             name=f"s{s}", rates=[[draw(st.sampled_from([1.0, 6.0, 15.0])), 0.0]],

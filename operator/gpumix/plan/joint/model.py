@@ -99,7 +99,9 @@ def dominated(instance: JointInstance) -> set[Key]:
     ``minReplicas`` floor only welcomes but a ``maxReplicas`` cap may forbid: under a cap only
     ``m = 1`` prunes. Under an alone-miss budget, ``A`` must also miss no more requests alone
     in any bucket. Running or pinned options are never pruned (the churn penalty and the
-    pins refer to them); among identical options the first stays.
+    pins refer to them), nor pruned for a pinned ``A``, whose count cannot grow to take ``B``'s
+    replicas (a solve pinning all options but one at zero left a service unserved where that
+    one alone serves it); among identical options the first stays.
     """
     out: set[Key] = set()
     for si, service in enumerate(instance.services):
@@ -107,7 +109,7 @@ def dominated(instance: JointInstance) -> set[Key]:
             if big.running or big.fixed is not None:
                 continue
             for a, small in enumerate(service.options):
-                if a == b or small.pool != big.pool or (si, a) in out:
+                if a == b or small.pool != big.pool or (si, a) in out or small.fixed is not None:
                     continue
                 if big.gpus_per_replica % small.gpus_per_replica:
                     continue
