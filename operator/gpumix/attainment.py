@@ -260,23 +260,15 @@ def with_alone_misses(
         choices = build_problem(service, pools, profiles, shape=shape).choices
     slo, wl = service.spec.slo, service.spec.workload
     model = shape or model_shape(service.spec.model.name)
-    ie, oe = wl.input_edges, wl.output_edges
+    edges = (tuple(wl.input_edges), tuple(wl.output_edges))
 
     def misses(option: str) -> list[list[float]]:
         c = choices[option]
+        grid = _alone_misses((c.gpu_type, c.gpus_per_replica), model, edges,
+                             (slo.tpot_ms, slo.ttft_ms))  # fmt: skip
         return [
-            [
-                0.0
-                if rate <= 0
-                else _alone_miss(
-                    (c.gpu_type, c.gpus_per_replica),
-                    model,
-                    ((ie[i], ie[i + 1]), (oe[j], oe[j + 1])),
-                    (slo.tpot_ms, slo.ttft_ms),
-                )
-                for j, rate in enumerate(row)
-            ]
-            for i, row in enumerate(instance.rates)
+            [0.0 if rate <= 0 else miss for rate, miss in zip(rates, row, strict=True)]
+            for rates, row in zip(instance.rates, grid, strict=True)
         ]
 
     gpus = [
@@ -284,6 +276,26 @@ def with_alone_misses(
         for g in instance.gpus
     ]
     return instance.model_copy(update={"gpus": gpus})
+
+
+@functools.lru_cache(maxsize=4096)
+def _alone_misses(
+    replica: tuple[str, int],
+    model: ModelShape,
+    edges: tuple[tuple[int, ...], tuple[int, ...]],
+    slo: tuple[float, float | None],
+) -> tuple[tuple[float, ...], ...]:
+    """:func:`_alone_miss` of every bucket of a grid (input and output edges): a fleet's
+    services share few grids, and one lookup per option is 25 fewer hashes of ``model``
+    (at 500 services, 0.5 s of every pass)."""
+    ie, oe = edges
+    return tuple(
+        tuple(
+            _alone_miss(replica, model, ((ie[i], ie[i + 1]), (oe[j], oe[j + 1])), slo)
+            for j in range(len(oe) - 1)
+        )
+        for i in range(len(ie) - 1)
+    )
 
 
 @functools.lru_cache(maxsize=65536)

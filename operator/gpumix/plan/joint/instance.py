@@ -201,8 +201,13 @@ class ServiceDemand(BaseModel):
         return f"input {ie[i]}–{ie[i + 1]} / output {oe[j]}–{oe[j + 1]} tokens"
 
     def unservable(self) -> list[Bucket]:
-        """Buckets with traffic that no option can serve within the SLO."""
-        return [b for b in self.buckets_with_traffic() if not self.servable(b)]
+        """Buckets with traffic that no option can serve within the SLO (:meth:`servable`,
+        without listing every option: each joint solve asks it of every service)."""
+        return [
+            (i, j)
+            for i, j in self.buckets_with_traffic()
+            if all(o.max_tput[i][j] <= 0 for o in self.options)
+        ]
 
 
 class PoolLimit(BaseModel):

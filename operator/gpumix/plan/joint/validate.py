@@ -91,11 +91,12 @@ def validate_joint(instance: JointInstance, plan: JointAllocation) -> list[str]:
                 if rate == 0 and scale and totals[i][j] != 0:
                     problems.append(f"{service.name} bucket ({i}, {j}): traffic on an empty bucket")
         if service.alone_miss_budget is not None:
+            traffic = service.buckets_with_traffic()
             missed = sum(
-                alloc.share[option.name][i][j] * service.alone_miss_rate(o, (i, j))
+                share[i][j] * service.alone_miss_rate(o, (i, j))
                 for o, option in enumerate(service.options)
-                for i in range(rows)
-                for j in range(cols)
+                if any(map(any, share := alloc.share[option.name]))
+                for i, j in traffic
             )
             allowed = (service.alone_miss_budget + ASSIGN_REL_TOL) * service.total_rate
             if missed > allowed:

@@ -1,0 +1,63 @@
+"""Services with every option pinned are planned on their own and the others in what they
+leave (`gpumix.plan.joint.solve._around_pinned`): the same optimum as the whole instance."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from test_joint import QUICK, joint_instances
+from test_joint_benders import _compact, _full_service
+
+from gpumix.plan.joint import JointInstance, PoolLimit, ReplicaOption, ServiceDemand, solve_joint
+
+
+def _pinned(inst: JointInstance, which: list[bool]) -> JointInstance:
+    """``inst`` served in full, the services ``which`` names pinned to what runs."""
+    services = [
+        s.model_copy(update={"options": [o.model_copy(update={"fixed": o.running})
+                                         for o in s.options]}) if pin else s
+        for s, pin in zip(inst.services, which, strict=True)
+    ]  # fmt: skip
+    return _full_service(inst).model_copy(update={"services": services, "allow_partial": False})
+
+
+@QUICK
+@given(joint_instances(), st.data())
+def test_pinned_services_planned_apart_reach_the_whole_optimum(
+    inst: JointInstance, data: st.DataObject
+) -> None:
+    which = data.draw(st.lists(st.booleans(), min_size=len(inst.services),
+                               max_size=len(inst.services)))  # fmt: skip
+    inst = _pinned(inst, which)
+    assume(not any(s.unservable() for s in inst.services))  # raises without partial service
+    _, whole = _compact(inst)
+    plan = solve_joint(inst)
+    if whole is None:
+        assert plan is None
+        return
+    assert plan is not None
+    assert plan.cost_per_hour + plan.churn_cost == pytest.approx(whole, rel=2e-4, abs=1e-6)
+
+
+def test_a_free_service_is_planned_in_what_the_pinned_ones_leave() -> None:
+    """Held on 3 of the pool's 4 GPUs, the pinned service leaves one to the free service, which
+    needs two of them for its own cheapest plan: it takes the one left and the dearer pool for
+    the rest; the message says the pinned one was planned on its own."""
+    held = ServiceDemand(name="held", rates=[[6.0]], options=[
+        ReplicaOption(name="a", pool="a", cost_per_hour=1.0, max_tput=[[2.0]], fixed=3),
+        ReplicaOption(name="b", pool="b", cost_per_hour=3.0, max_tput=[[2.0]], fixed=0),
+    ])  # fmt: skip
+    free = ServiceDemand(name="free", rates=[[4.0]], options=[
+        ReplicaOption(name="a", pool="a", cost_per_hour=1.0, max_tput=[[2.0]]),
+        ReplicaOption(name="b", pool="b", cost_per_hour=3.0, max_tput=[[2.0]]),
+    ])  # fmt: skip
+    inst = JointInstance(services=[held, free],
+                         pools=[PoolLimit(name="a", gpus=4), PoolLimit(name="b")])  # fmt: skip
+    plan = solve_joint(inst)
+    assert plan is not None
+    assert plan.services["held"].counts == {"a": 3, "b": 0}
+    assert plan.services["free"].counts == {"a": 1, "b": 1}
+    assert plan.pool_gpus == {"a": 4, "b": 1}
+    assert plan.cost_per_hour == pytest.approx(7.0)
+    assert plan.result.message.startswith("1 services pinned, each on its own")
