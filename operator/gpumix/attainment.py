@@ -250,7 +250,8 @@ def with_alone_misses(
 ) -> AllocationInstance:
     """``instance`` with :attr:`~gpumix.plan.GPUOption.alone_miss` filled in where missing,
     from the performance model the simulator runs: the roofline of the option's GPU type and
-    replica size for the service's model (``shape``; default: the built-in shape of its name).
+    replica size for the service's model (``shape``; default: the built-in shape of its name),
+    every bucket's (one without traffic counts for none: a share of no requests).
     A bucket's MaxTput says nothing about its tail (§5.3 takes its midpoint), and derating
     cannot recover requests that miss alone. ``choices``: the options' pools, when the caller
     has the service's problem already."""
@@ -266,10 +267,7 @@ def with_alone_misses(
         c = choices[option]
         grid = _alone_misses((c.gpu_type, c.gpus_per_replica), model, edges,
                              (slo.tpot_ms, slo.ttft_ms))  # fmt: skip
-        return [
-            [0.0 if rate <= 0 else miss for rate, miss in zip(rates, row, strict=True)]
-            for rates, row in zip(instance.rates, grid, strict=True)
-        ]
+        return [list(row) for row in grid]
 
     gpus = [
         g if g.alone_miss is not None else g.model_copy(update={"alone_miss": misses(g.name)})

@@ -53,7 +53,6 @@ from gpumix.attainment import (
     PredictedAttainment,
     aim,
     derate_step,
-    derated,
     stalled,
     with_alone_miss_budget,
     with_alone_misses,
@@ -461,14 +460,14 @@ def _prepare(
     )  # fmt: skip
     return _Prepared(
         workload=workload, forecast=forecast, batch=batch,
-        outcome=_with_alone_miss_budget(candidate),
+        outcome=_with_demand(candidate),
     )  # fmt: skip
 
 
-def _with_alone_miss_budget(c: "_Candidate") -> "_Candidate":
-    """``c`` with the alone-miss budget of its joint ILP rows."""
-    demand = with_alone_miss_budget(_demand(c, None, None), c.service.spec.slo.attainment_target)
-    return c.model_copy(update={"alone_miss_budget": demand.alone_miss_budget})
+def _with_demand(c: "_Candidate") -> "_Candidate":
+    """``c`` with its service in the joint ILP (:attr:`_Candidate.demand`)."""
+    demand = with_alone_miss_budget(_base_demand(c), c.service.spec.slo.attainment_target)
+    return c.model_copy(update={"demand": demand})
 
 
 def _planned(
@@ -520,11 +519,13 @@ class _Candidate(BaseModel):
     """The model's shape (`gpumix.reconcile.modelshape.service_shape`); None: not known."""
     rate: float
     """The request rate planned for (`gpumix.plan.joint.churn.planned_rate`)."""
-    alone_miss_budget: float | None = None
-    """Its joint ILP rows' alone-miss budget (:func:`gpumix.attainment.with_alone_miss_budget`),
-    set once a pass (:func:`_with_alone_miss_budget`): the same in every solve, as derating
-    keeps which options serve each bucket and the planned rate scales every bucket alike (at
-    500 services, computed per solve, 1 s of a 3 s steady pass)."""
+    demand: ServiceDemand | None = None
+    """Its service in the joint ILP at its planned rate, underated and unpinned, with its
+    alone-miss budget (:func:`gpumix.attainment.with_alone_miss_budget`): built once a pass
+    (:func:`_with_demand`), and each solve's copy only derates and pins it (:func:`_demand`).
+    The budget is the same in every solve, as derating keeps which options serve each bucket
+    and the planned rate scales every bucket alike. At 500 services, built and budgeted per
+    solve, it took 1.7 s of a 3 s steady pass."""
 
 
 def _demand_name(key: ObjectKey) -> str:
@@ -1185,13 +1186,27 @@ def _joint_instance(
 
 
 def _demand(c: "_Candidate", factors: dict[str, float] | None, pins: Pins | None) -> ServiceDemand:
-    """``c``'s service in the joint ILP at its planned rate, its MaxTput scaled by ``factors``
-    and its replicas ``pins`` fixed, with its alone-miss budget."""
+    """``c``'s service in the joint ILP (:attr:`_Candidate.demand`), its MaxTput scaled by
+    ``factors`` (as :func:`gpumix.attainment.derated`) and its replicas ``pins`` fixed."""
+    assert c.demand is not None  # set as the candidate is made (_with_demand)
+    if not factors and pins is None:
+        return c.demand
+    factors = factors or {}
+    options = []
+    for o in c.demand.options:
+        update: dict[str, Any] = {"fixed": _fixed(c, o.name, pins)}
+        if o.name in factors:
+            update["max_tput"] = [[v * factors[o.name] for v in row] for row in o.max_tput]
+        options.append(o.model_copy(update=update))
+    return c.demand.model_copy(update={"options": options})
+
+
+def _base_demand(c: "_Candidate") -> ServiceDemand:
+    """``c``'s service in the joint ILP at its planned rate, underated and unpinned, without
+    its alone-miss budget."""
     spec = c.service.spec
     instance = c.problem.instance
     assert instance is not None
-    if factors:
-        instance = derated(instance, factors)
     # Replicas the KV scheduler removed still count as running for churn (sticky plans).
     kv_prev = c.previous.kv_scheduler if c.previous else None
     kv_back = reductions(spec.kv_migration, kv_prev, planned_targets(c.previous))
@@ -1205,7 +1220,7 @@ def _demand(c: "_Candidate", factors: dict[str, float] | None, pins: Pins | None
             cost_per_hour=gpu.cost_per_hour,
             max_tput=gpu.max_tput,
             running=c.running.replicas.get(gpu.name, 0) + kv_back.get(gpu.name, 0),
-            fixed=_fixed(c, gpu.name, pins),
+            fixed=_fixed(c, gpu.name, None),
             alone_miss=gpu.alone_miss,
         )
         for gpu in instance.gpus
@@ -1225,7 +1240,6 @@ def _demand(c: "_Candidate", factors: dict[str, float] | None, pins: Pins | None
         output_edges=instance.output_edges,
         slo_label=instance.slo_label,
         routable=True,
-        alone_miss_budget=c.alone_miss_budget,
     )
 
 
