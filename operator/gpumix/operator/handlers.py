@@ -24,6 +24,10 @@ WATCHES: dict[str, tuple[str, str, str, dict[str, str] | None]] = {
 }
 
 
+LIST_CHUNK = 500
+"""Objects per page of a watch's initial listing (client-go's pager: 500)."""
+
+
 def configure(settings: kopf.OperatorSettings, log_json: bool) -> None:
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
@@ -36,6 +40,10 @@ def configure(settings: kopf.OperatorSettings, log_json: bool) -> None:
     # balancer) costs at most a minute of a stale view; the client timeout covers a server
     # that never ends the stream.
     settings.watching.server_timeout = 60
+    # The initial listings in pages, as client-go's informers list: one GET of 5,000 nodes
+    # (22 MB of JSON) took the operator from about 100 MB (its imports) to 284 MB in seconds,
+    # and that memory stayed.
+    settings.watching.chunk_size = LIST_CHUNK
     settings.watching.client_timeout = 90
     settings.networking.request_timeout = 60
     if log_json:
