@@ -24,3 +24,31 @@ def test_every_watch_handler_is_a_coroutine_that_updates_the_view() -> None:
 
     asyncio.run(deliver())
     assert all(list(view.objects[kind]) == [("", "x")] for kind in WATCHES)
+
+
+def _node(heartbeat: str, *, gpus: str = "8", label: str = "a40") -> dict[str, object]:
+    return {
+        "metadata": {"name": "n1", "resourceVersion": heartbeat, "labels": {"pool": label}},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": gpus},
+            "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}],
+        },
+    }
+
+
+def test_a_node_heartbeat_does_not_wake_the_planner_but_a_change_it_reads_does() -> None:
+    view = ClusterView()
+    view.update("nodes", "ADDED", _node("1"))
+    assert view.changed.is_set()
+    view.changed.clear()
+    view.update("nodes", "MODIFIED", _node("2"))  # status renewed, nothing the view keeps
+    assert not view.changed.is_set()
+    for changed in (_node("3", gpus="7"), _node("4", gpus="7", label="l40")):
+        view.update("nodes", "MODIFIED", changed)
+        assert view.changed.is_set()
+        view.changed.clear()
+    view.update("nodes", "DELETED", _node("5"))
+    assert view.changed.is_set() and not view.objects["nodes"]
+    view.changed.clear()
+    view.update("nodes", "DELETED", _node("6"))  # already gone
+    assert not view.changed.is_set()

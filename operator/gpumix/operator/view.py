@@ -45,12 +45,22 @@ class ClusterView:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def update(self, kind: str, event_type: str | None, body: dict[str, Any]) -> None:
+        """Keep ``body`` (or forget it), and tell the planner when what it reads changed: not
+        when a Node's status only renews its heartbeat (what the view keeps of a Node is the
+        same; at 5,000 nodes those updates came several times a second and kept the planner
+        in back-to-back passes, so a spec change waited for the pass in flight), nor for
+        ConfigMaps no service names."""
         meta = body.get("metadata", {})
         key = (meta.get("namespace", ""), meta.get("name", ""))
+        objects = self.objects[kind]
         if event_type == "DELETED":
-            self.objects[kind].pop(key, None)
+            if objects.pop(key, None) is None:
+                return
         else:
-            self.objects[kind][key] = _kept(kind, body)
+            kept = _kept(kind, body)
+            if objects.get(key) == kept:
+                return
+            objects[key] = kept
         if kind != "configmaps" or key in self.config_map_refs():
             self.changed.set()  # other ConfigMaps change nothing the planner reads
 
