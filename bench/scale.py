@@ -24,7 +24,8 @@ objects): entries, bytes kept, and the same values unpacked into objects as the 
 them before (``tracemalloc``), with the time a hit on a packed value spends unpacking.
 
 **Live** (``--mode live``): a local control plane from ``hack/`` (etcd, kube-apiserver,
-scheduler, controller-manager, KWOK; no Docker) with the same pools as KWOK nodes, the CRDs,
+scheduler, controller-manager, KWOK; no Docker; node Leases long enough that KWOK renews about
+50 a second, :func:`node_lease_s`) with the same pools as KWOK nodes, the CRDs,
 GPUPools, GPUProfiles and LLMServices, and ``gpumix run`` as a subprocess. Measured: the time
 from the last object created to every service planned, then ``--changes`` times a rate patch
 on one service → its Deployments carry the new replica counts (p50 / p99), the operator's peak
