@@ -61,3 +61,21 @@ def test_a_free_service_is_planned_in_what_the_pinned_ones_leave() -> None:
     assert plan.pool_gpus == {"a": 4, "b": 1}
     assert plan.cost_per_hour == pytest.approx(7.0)
     assert plan.result.message.startswith("1 services pinned, each on its own")
+
+
+def test_a_short_free_service_names_the_whole_pool_as_full() -> None:
+    """Three of the pool's four GPUs held by the pinned service, the free one gets the last
+    and is short: its reason counts the pool's GPUs, not the one GPU left to it."""
+    held = ServiceDemand(name="held", rates=[[6.0]], options=[
+        ReplicaOption(name="a", pool="a", cost_per_hour=1.0, max_tput=[[2.0]], fixed=3),
+    ])  # fmt: skip
+    free = ServiceDemand(name="free", rates=[[4.0]], options=[
+        ReplicaOption(name="a", pool="a", cost_per_hour=1.0, max_tput=[[2.0]]),
+    ])  # fmt: skip
+    inst = JointInstance(services=[held, free], pools=[PoolLimit(name="a", gpus=4)])
+    plan = solve_joint(inst)
+    assert plan is not None
+    assert plan.services["free"].counts == {"a": 1}
+    assert plan.services["free"].unserved_rate == pytest.approx(2.0)
+    assert plan.services["free"].reasons == ["pool a is full (4/4 GPUs planned)"]
+    assert plan.services["held"].reasons == []

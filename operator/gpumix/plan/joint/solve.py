@@ -595,7 +595,11 @@ def _around_pinned(
         f"{plan.result.message}"
     )
     stages = [*(stage for part in parts for stage in part.stages), *plan.stages]
-    return _union(instance, [*parts, plan], stages, plan.result.status, message)
+    union = _union(instance, [*parts, plan], stages, plan.result.status, message)
+    # What keeps a service short is named against the whole pools and budget ("pool a10g is
+    # full (4/4 GPUs planned)"), not the share the pinned services leave it.
+    services = _explain(instance, union.services, union.pool_gpus, union.cost_per_hour)
+    return union.model_copy(update={"services": services})
 
 
 def _min_cost(
