@@ -231,12 +231,15 @@ class TargetedPlan(BaseModel):
 def derated(instance: AllocationInstance, factors: dict[str, float]) -> AllocationInstance:
     """``instance`` with each option's MaxTput scaled by its factor (1 when absent)."""
     gpus = [
-        g.model_copy(
-            update={"max_tput": [[v * factors.get(g.name, 1.0) for v in row] for row in g.max_tput]}
-        )
+        g.model_copy(update={"max_tput": scaled_grid(g.max_tput, factors.get(g.name, 1.0))})
         for g in instance.gpus
     ]
     return instance.model_copy(update={"gpus": gpus})
+
+
+def scaled_grid(max_tput: list[list[float]], factor: float) -> list[list[float]]:
+    """A MaxTput grid derated by ``factor`` (the joint ILP's options are derated alike)."""
+    return [[v * factor for v in row] for row in max_tput]
 
 
 def with_alone_misses(

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from gpumix.api import Calibration, CalibrationStatus, GPUProfileSpec
 from gpumix.api.workload import Workload
+from gpumix.attainment import derated
 from gpumix.observe import ObservedWorkload
 from gpumix.observe import calibration as cal
 from gpumix.problem import ServiceProblem
@@ -31,13 +32,8 @@ def scaled(problem: ServiceProblem, factor: float) -> ServiceProblem:
     """`problem` with every option's MaxTput × `factor`."""
     if factor == 1.0 or problem.instance is None:
         return problem
-    gpus = [
-        g.model_copy(update={"max_tput": [[m * factor for m in row] for row in g.max_tput]})
-        for g in problem.instance.gpus
-    ]
-    return problem.model_copy(
-        update={"instance": problem.instance.model_copy(update={"gpus": gpus})}
-    )
+    factors = {g.name: factor for g in problem.instance.gpus}
+    return problem.model_copy(update={"instance": derated(problem.instance, factors)})
 
 
 def _predict(

@@ -53,6 +53,7 @@ from gpumix.attainment import (
     PredictedAttainment,
     aim,
     derate_step,
+    scaled_grid,
     stalled,
     with_alone_miss_budget,
     with_alone_misses,
@@ -1187,7 +1188,7 @@ def _joint_instance(
 
 def _demand(c: "_Candidate", factors: dict[str, float] | None, pins: Pins | None) -> ServiceDemand:
     """``c``'s service in the joint ILP (:attr:`_Candidate.demand`), its MaxTput scaled by
-    ``factors`` (as :func:`gpumix.attainment.derated`) and its replicas ``pins`` fixed."""
+    ``factors`` and its replicas ``pins`` fixed."""
     assert c.demand is not None  # set as the candidate is made (_with_demand)
     if not factors and pins is None:
         return c.demand
@@ -1196,7 +1197,7 @@ def _demand(c: "_Candidate", factors: dict[str, float] | None, pins: Pins | None
     for o in c.demand.options:
         update: dict[str, Any] = {"fixed": _fixed(c, o.name, pins)}
         if o.name in factors:
-            update["max_tput"] = [[v * factors[o.name] for v in row] for row in o.max_tput]
+            update["max_tput"] = scaled_grid(o.max_tput, factors[o.name])
         options.append(o.model_copy(update=update))
     return c.demand.model_copy(update={"options": options})
 

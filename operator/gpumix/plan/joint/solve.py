@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pulp
@@ -277,10 +278,17 @@ def _own_plans(
     service has none (the degradation stages decide then)."""
     if len(instance.services) < 2:
         return None
+    return _own_plans_of(instance, range(len(instance.services)), solver, limit, gap)
+
+
+def _own_plans_of(
+    instance: JointInstance, indices: Iterable[int], solver: SolverName, limit: float, gap: float
+) -> list[JointAllocation] | None:
+    """:func:`_own_plan` of each service at ``indices`` in the whole pools; ``None`` at the
+    first without one."""
     parts = []
-    for i in range(len(instance.services)):
-        alone = contention.restricted(instance, {i})
-        part = _own_plan(alone.model_dump_json(), solver, limit, gap)
+    for i in indices:
+        part = _own_plan(contention.restricted(instance, {i}).model_dump_json(), solver, limit, gap)
         if part is None:
             return None
         parts.append(part)
@@ -371,19 +379,24 @@ def _union(
     status: str,
     message: str,
 ) -> JointAllocation:
-    """One plan of single-service plans (each over the same pools), its result summing
-    ``stages``: every solve that went into it."""
+    """One plan of plans for parts of ``instance``, its result summing ``stages``: every
+    solve that went into it. What keeps a service short is named again against the whole
+    pools and budget ("pool a10g is full (4/4 GPUs planned)"), not the share a part was
+    solved in."""
     gaps = [r.gap for r in stages if r.gap is not None]
     last = stages[-1].model_copy(update={
         "seconds": sum(r.seconds for r in stages), "status": status,
         "objective": sum(part.cost_per_hour + part.churn_cost for part in parts),
         "gap": max(gaps, default=None), "message": message,
     })  # fmt: skip
+    pool_gpus = {p.name: sum(part.pool_gpus[p.name] for part in parts) for p in instance.pools}
+    total = sum(part.cost_per_hour for part in parts)
+    services = {n: a for part in parts for n, a in part.services.items()}
     return JointAllocation(
         objective=Objective.MIN_COST,
-        services={n: a for part in parts for n, a in part.services.items()},
-        pool_gpus={p.name: sum(part.pool_gpus[p.name] for part in parts) for p in instance.pools},
-        cost_per_hour=sum(part.cost_per_hour for part in parts),
+        services=_explain(instance, services, pool_gpus, total),
+        pool_gpus=pool_gpus,
+        cost_per_hour=total,
         churn_cost=sum(part.churn_cost for part in parts),
         result=last,
         stages=stages,
@@ -562,13 +575,9 @@ def _around_pinned(
     }
     if not pinned or len(pinned) == len(instance.services):
         return None
-    parts = []
-    for i in sorted(pinned):
-        alone = contention.restricted(instance, {i})
-        part = _own_plan(alone.model_dump_json(), solver, limit, gap)
-        if part is None:
-            return None
-        parts.append(part)
+    parts = _own_plans_of(instance, sorted(pinned), solver, limit, gap)
+    if parts is None:
+        return None
     pools = [
         p.model_copy(update={"gpus": p.gpus - sum(part.pool_gpus[p.name] for part in parts)})
         if p.gpus is not None
@@ -595,11 +604,7 @@ def _around_pinned(
         f"{plan.result.message}"
     )
     stages = [*(stage for part in parts for stage in part.stages), *plan.stages]
-    union = _union(instance, [*parts, plan], stages, plan.result.status, message)
-    # What keeps a service short is named against the whole pools and budget ("pool a10g is
-    # full (4/4 GPUs planned)"), not the share the pinned services leave it.
-    services = _explain(instance, union.services, union.pool_gpus, union.cost_per_hour)
-    return union.model_copy(update={"services": services})
+    return _union(instance, [*parts, plan], stages, plan.result.status, message)
 
 
 def _min_cost(
