@@ -49,6 +49,7 @@ import argparse
 import copy
 import cProfile
 import functools
+import gc
 import io
 import itertools
 import json
@@ -73,6 +74,7 @@ import numpy as np
 import yaml
 
 from gpumix.digestcache import DigestCache
+from gpumix.operator.run import GC_THRESHOLDS
 from gpumix.plan.joint import JointInstance, solve_joint, solve_sequential
 from gpumix.plan.joint import solve as joint_solve
 from gpumix.problem import replica_fits
@@ -254,12 +256,12 @@ class Captured:
         self.calls = 0
         self._inner = rc._solve
 
-    def __call__(self, instance_json: str, time_limit_s: float) -> Any:
+    def __call__(self, instance: JointInstance, time_limit_s: float) -> Any:
         self.calls += 1
-        self.instances.append(instance_json)
+        self.instances.append(instance.model_dump_json())
         start = time.perf_counter()
         try:
-            return self._inner(instance_json, time_limit_s)
+            return self._inner(instance, time_limit_s)
         finally:
             self.solve_s += time.perf_counter() - start
 
@@ -375,6 +377,7 @@ def offline(
 ) -> dict[str, Any]:  # fmt: skip
     for cache in CACHES.values():  # each size starts cold
         cache.clear()
+    gc.set_threshold(*GC_THRESHOLDS)  # as `gpumix run` collects garbage
     services = service_bodies(n_services, seed)
     t0 = time.perf_counter()
     profile_bodies()

@@ -10,6 +10,8 @@ memory check, from the roofline model; the pods run with that ``--max-model-len`
 full context need not fit). Options are named by :func:`option_key`.
 """
 
+import functools
+
 from pydantic import BaseModel, ConfigDict
 
 from gpumix.api import GPUPool, GPUProfile, LLMService, Workload
@@ -89,11 +91,13 @@ class ServiceProblem(BaseModel):
         return f"{service.name}: no usable GPU pool ({reasons})"
 
 
+@functools.lru_cache(maxsize=4096)
 def replica_fits(
     gpu: GPUType, model: ModelShape, gpus: int, min_kv_tokens: int | None = None
 ) -> bool:
     """Jiang App. D's memory check: ``gpus`` GPUs of one type hold the weights plus the KV cache
-    of at least one full-context request (``min_kv_tokens``, default the model's context)."""
+    of at least one full-context request (``min_kv_tokens``, default the model's context).
+    Cached: every pass asks it of each service's options (500 services: 8,000 times, 0.4 s)."""
     need = model.max_context if min_kv_tokens is None else min_kv_tokens
     return Roofline(gpu, model, gpus).kv_capacity_tokens >= need
 

@@ -60,12 +60,12 @@ def running(instance: JointInstance) -> RunningCounts:
 
 
 def without_running(instance: JointInstance) -> str:
-    """The instance's JSON with no replica running: what stays the same while a plan rolls out."""
-    services = [
-        s.model_copy(update={"options": [o.model_copy(update={"running": 0}) for o in s.options]})
-        for s in instance.services
-    ]
-    return instance.model_copy(update={"services": services}).model_dump_json()
+    """The instance's JSON without its running replicas: what stays the same while a plan
+    rolls out."""
+    return instance.model_dump_json(exclude=_RUNNING)
+
+
+_RUNNING = {"services": {"__all__": {"options": {"__all__": {"running"}}}}}
 
 
 def toward(before: RunningCounts, plan: JointAllocation, instance: JointInstance) -> bool:
