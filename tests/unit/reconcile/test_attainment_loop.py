@@ -58,9 +58,9 @@ def solves(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     solve = cluster._solve
 
-    def spy(instance_json: str, time_limit_s: float) -> JointAllocation | None:
-        seen.append(instance_json)
-        return solve(instance_json, time_limit_s)
+    def spy(instance: JointInstance, time_limit_s: float) -> JointAllocation | None:
+        seen.append(instance.model_dump_json())
+        return solve(instance, time_limit_s)
 
     monkeypatch.setattr(cluster, "_solve", spy)
     return seen
@@ -333,10 +333,10 @@ def test_a_solver_failure_after_the_first_plan_applies_the_first_plan(
 ) -> None:
     spy = cluster._solve
 
-    def fails_after_the_first(instance_json: str, time_limit_s: float) -> JointAllocation | None:
+    def fails_after_the_first(instance: JointInstance, limit_s: float) -> JointAllocation | None:
         if solves:
             raise SolverError("highs: time limit without a solution")
-        return spy(instance_json, time_limit_s)
+        return spy(instance, limit_s)
 
     monkeypatch.setattr(cluster, "_solve", fails_after_the_first)
     sd = chat(service("chat", 2, "t0", **A10G_ONLY))
@@ -404,11 +404,13 @@ def test_joint_plans_are_kept_by_digest_and_the_least_recently_used_goes_first(
     monkeypatch.setattr(cluster, "solve_joint", solve_joint)
     monkeypatch.setattr(cluster, "_solved", DigestCache(3))
     instances = [
-        f'{{"services": [{{"name": "s{i}", "rates": [[1.0]], "options": []}}], "pools": []}}'
+        JointInstance.model_validate_json(
+            f'{{"services": [{{"name": "s{i}", "rates": [[1.0]], "options": []}}], "pools": []}}'
+        )
         for i in range(4)
     ]
-    for text in instances[:3]:
-        cluster._solve(text, 5.0)
+    for instance in instances[:3]:
+        cluster._solve(instance, 5.0)
     cluster._solve(instances[0], 5.0)  # s0 is now the most recently used
     cluster._solve(instances[3], 5.0)  # s1 goes
     cluster._solve(instances[0], 5.0)
