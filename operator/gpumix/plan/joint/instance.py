@@ -190,8 +190,10 @@ class ServiceDemand(BaseModel):
         return least / self.total_rate if self.total_rate > 0 else 0.0
 
     def servable(self, bucket: Bucket) -> list[int]:
-        """Options whose MaxTput for ``bucket`` is above 0 (the SLO can be met there)."""
-        return [o for o in range(len(self.options)) if self.slice_load(o, bucket) is not None]
+        """Options whose MaxTput for ``bucket`` is above 0 (the SLO can be met there; where
+        :meth:`slice_load` is not ``None``)."""
+        i, j = bucket
+        return [o for o, option in enumerate(self.options) if option.max_tput[i][j] > 0]
 
     def bucket_label(self, bucket: Bucket) -> str:
         i, j = bucket
