@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from gpumix.api import GPUPool, GPUPoolStatus, LLMService, LLMServiceStatus
 from gpumix.install import NAMESPACE
 from gpumix.observe import CONDITION_TYPE as OBSERVED_CONDITION
-from gpumix.operator import metrics
+from gpumix.operator import memory, metrics
 from gpumix.operator.kube import KubeWriter, digest
 from gpumix.operator.observing import Observer
 from gpumix.operator.view import ClusterView
@@ -130,6 +130,7 @@ class Planner:
             except Exception:
                 metrics.ERRORS.labels(stage="pass").inc()
                 log.exception("planner pass failed; retrying on the next change or interval")
+            await asyncio.to_thread(memory.trim)  # what the pass dropped (gpumix.operator.memory)
             self.ready.set()
             try:
                 await asyncio.wait_for(self.view.changed.wait(), timeout=self.interval_s)
