@@ -10,6 +10,7 @@ from test_joint import QUICK, joint_instances
 from test_joint_benders import _compact, _full_service
 
 from gpumix.plan.joint import JointInstance, PoolLimit, ReplicaOption, ServiceDemand, solve_joint
+from gpumix.plan.joint import solve as js
 
 
 def _pinned(inst: JointInstance, which: list[bool]) -> JointInstance:
@@ -79,3 +80,35 @@ def test_a_short_free_service_names_the_whole_pool_as_full() -> None:
     assert plan.services["free"].unserved_rate == pytest.approx(2.0)
     assert plan.services["free"].reasons == ["pool a is full (4/4 GPUs planned)"]
     assert plan.services["held"].reasons == []
+
+
+def test_a_pinned_service_is_solved_once_whatever_runs() -> None:
+    """A rollout changes what runs, not a pinned service's plan: the second solve finds it
+    and its split kept (no new one-service solve, no new split), with the replicas it adds and
+    removes counted against what runs now."""
+
+    def instance(running: int) -> JointInstance:
+        held = ServiceDemand(name="held", rates=[[6.0]], churn_penalty=0.5, options=[
+            ReplicaOption(name="a", pool="a", cost_per_hour=1.0, max_tput=[[2.0]], fixed=3,
+                          running=running),
+            ReplicaOption(name="b", pool="b", cost_per_hour=3.0, max_tput=[[2.0]], fixed=0),
+        ])  # fmt: skip
+        free = ServiceDemand(name="free", rates=[[4.0]], options=[
+            ReplicaOption(name="a", pool="a", cost_per_hour=1.0, max_tput=[[2.0]]),
+            ReplicaOption(name="b", pool="b", cost_per_hour=3.0, max_tput=[[2.0]]),
+        ])  # fmt: skip
+        return JointInstance(services=[held, free],
+                             pools=[PoolLimit(name="a", gpus=4), PoolLimit(name="b")])  # fmt: skip
+
+    js._own.clear()
+    js._splits.clear()
+    before = solve_joint(instance(0))
+    misses, splits = js._own.misses, js._splits.misses
+    after = solve_joint(instance(2))
+    assert before is not None and after is not None
+    assert js._own.misses == misses  # the pinned one kept; the free one's instance is the same
+    assert js._splits.misses == splits  # and so are both splits
+    assert after.services["held"].counts == before.services["held"].counts == {"a": 3, "b": 0}
+    assert after.services["held"].share == before.services["held"].share
+    assert (before.services["held"].added, after.services["held"].added) == (3, 1)
+    assert after.services["free"].counts == {"a": 1, "b": 1}

@@ -62,10 +62,15 @@ def running(instance: JointInstance) -> RunningCounts:
 def without_running(instance: JointInstance) -> str:
     """The instance's JSON without its running replicas: what stays the same while a plan
     rolls out."""
-    return instance.model_dump_json(exclude=_RUNNING)
+    return instance.model_dump_json(exclude={"services": {"__all__": _OPTIONS_RUNNING}})
 
 
-_RUNNING = {"services": {"__all__": {"options": {"__all__": {"running"}}}}}
+def service_without_running(service: ServiceDemand) -> str:
+    """:func:`without_running` of one service."""
+    return service.model_dump_json(exclude=_OPTIONS_RUNNING)
+
+
+_OPTIONS_RUNNING = {"options": {"__all__": {"running"}}}
 
 
 def toward(before: RunningCounts, plan: JointAllocation, instance: JointInstance) -> bool:
