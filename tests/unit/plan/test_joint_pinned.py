@@ -41,21 +41,27 @@ def test_pinned_services_planned_apart_reach_the_whole_optimum(
     assert plan.cost_per_hour + plan.churn_cost == pytest.approx(whole, rel=2e-4, abs=1e-6)
 
 
-def test_a_free_service_is_planned_in_what_the_pinned_ones_leave() -> None:
-    """Held on 3 of the pool's 4 GPUs, the pinned service leaves one to the free service, which
-    needs two of them for its own cheapest plan: it takes the one left and the dearer pool for
-    the rest; the message says the pinned one was planned on its own."""
-    held = ServiceDemand(name="held", rates=[[6.0]], options=[
-        ReplicaOption(name="a", pool="a", cost_per_hour=1.0, max_tput=[[2.0]], fixed=3),
+def _held_and_free(running: int = 0) -> JointInstance:
+    """A service pinned to 3 replicas of ``a`` (``running`` of them up) and a free one, with
+    pool ``a`` 4 GPUs and ``b`` unbounded."""
+    held = ServiceDemand(name="held", rates=[[6.0]], churn_penalty=0.5, options=[
+        ReplicaOption(name="a", pool="a", cost_per_hour=1.0, max_tput=[[2.0]], fixed=3,
+                      running=running),
         ReplicaOption(name="b", pool="b", cost_per_hour=3.0, max_tput=[[2.0]], fixed=0),
     ])  # fmt: skip
     free = ServiceDemand(name="free", rates=[[4.0]], options=[
         ReplicaOption(name="a", pool="a", cost_per_hour=1.0, max_tput=[[2.0]]),
         ReplicaOption(name="b", pool="b", cost_per_hour=3.0, max_tput=[[2.0]]),
     ])  # fmt: skip
-    inst = JointInstance(services=[held, free],
+    return JointInstance(services=[held, free],
                          pools=[PoolLimit(name="a", gpus=4), PoolLimit(name="b")])  # fmt: skip
-    plan = solve_joint(inst)
+
+
+def test_a_free_service_is_planned_in_what_the_pinned_ones_leave() -> None:
+    """Held on 3 of the pool's 4 GPUs, the pinned service leaves one to the free service, which
+    needs two of them for its own cheapest plan: it takes the one left and the dearer pool for
+    the rest; the message says the pinned one was planned on its own."""
+    plan = solve_joint(_held_and_free())
     assert plan is not None
     assert plan.services["held"].counts == {"a": 3, "b": 0}
     assert plan.services["free"].counts == {"a": 1, "b": 1}
@@ -86,25 +92,11 @@ def test_a_pinned_service_is_solved_once_whatever_runs() -> None:
     """A rollout changes what runs, not a pinned service's plan: the second solve finds it
     and its split kept (no new one-service solve, no new split), with the replicas it adds and
     removes counted against what runs now."""
-
-    def instance(running: int) -> JointInstance:
-        held = ServiceDemand(name="held", rates=[[6.0]], churn_penalty=0.5, options=[
-            ReplicaOption(name="a", pool="a", cost_per_hour=1.0, max_tput=[[2.0]], fixed=3,
-                          running=running),
-            ReplicaOption(name="b", pool="b", cost_per_hour=3.0, max_tput=[[2.0]], fixed=0),
-        ])  # fmt: skip
-        free = ServiceDemand(name="free", rates=[[4.0]], options=[
-            ReplicaOption(name="a", pool="a", cost_per_hour=1.0, max_tput=[[2.0]]),
-            ReplicaOption(name="b", pool="b", cost_per_hour=3.0, max_tput=[[2.0]]),
-        ])  # fmt: skip
-        return JointInstance(services=[held, free],
-                             pools=[PoolLimit(name="a", gpus=4), PoolLimit(name="b")])  # fmt: skip
-
     js._own.clear()
     js._splits.clear()
-    before = solve_joint(instance(0))
+    before = solve_joint(_held_and_free(running=0))
     misses, splits = js._own.misses, js._splits.misses
-    after = solve_joint(instance(2))
+    after = solve_joint(_held_and_free(running=2))
     assert before is not None and after is not None
     assert js._own.misses == misses  # the pinned one kept; the free one's instance is the same
     assert js._splits.misses == splits  # and so are both splits
