@@ -602,7 +602,7 @@ def _plan_to_targets(
         if start[c.key] is not None and (plan := _kept_on(c, rates[_demand_name(c.key)], room))
     }  # fmt: skip
 
-    demands: dict[tuple[ObjectKey, str], ServiceDemand] = {}
+    demands: dict[DemandKey, ServiceDemand] = {}
 
     def solved(
         among: list["_Candidate"],
@@ -672,6 +672,12 @@ def _plan_to_targets(
 
 Pins = Mapping[str, int | None]
 """A service's replicas per option, fixed for a solve (an option absent: none; ``None``: free)."""
+
+DemandKey = tuple[
+    ObjectKey, tuple[tuple[str, float], ...], tuple[tuple[str, int | None], ...] | None
+]
+"""A service's joint demand in a pass (:func:`_joint_instance`): by service, derating factors
+and pins."""
 
 Solve = Callable[
     [list["_Candidate"], dict[str, int], float | None, "Step",
@@ -1181,7 +1187,7 @@ def _joint_instance(
     derating: dict[ObjectKey, dict[str, float]],
     pinned: Mapping[ObjectKey, Pins] | None = None,
     *,
-    demands: dict[tuple[ObjectKey, str], ServiceDemand] | None = None,
+    demands: dict[DemandKey, ServiceDemand] | None = None,
 ) -> JointInstance:
     """The joint ILP's input, each service's MaxTput scaled by its ``derating`` factors and the
     replicas of the ``pinned`` services fixed (per option; absent: none). ``demands``: those
@@ -1192,9 +1198,10 @@ def _joint_instance(
     services = []
     for c in candidates:
         factors, pins = derating.get(c.key), (pinned or {}).get(c.key)
-        key = (
+        key: DemandKey = (
             c.key,
-            repr((sorted((factors or {}).items()), None if pins is None else sorted(pins.items()))),
+            tuple(sorted((factors or {}).items())),
+            None if pins is None else tuple(sorted(pins.items())),
         )
         if key not in memo:
             memo[key] = _demand(c, factors, pins)
