@@ -4,6 +4,7 @@ passes in between read the old status and decide the same PlanChanged again)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from gpumix.api import LLMServiceStatus
@@ -169,3 +170,29 @@ def test_a_restarted_operator_does_not_apply_again_what_status_says_it_applied()
     write(view, third := Recorder())
     assert any(w.startswith("apply b/") for w in third.writes)
     assert third.statuses["b"]["appliedDigest"] == digest
+
+
+class Paired(Recorder):
+    """Each apply waits until another thread applies too: one writer alone never gets past."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pair = threading.Barrier(2, timeout=5)
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        self.pair.wait()
+        super().apply(obj)
+
+
+def test_services_objects_are_applied_side_by_side() -> None:
+    """Two services' objects go out at once (loop.WRITERS), each service's in its own order; a
+    pass that applied one object after another would break the pair and apply nothing."""
+    writer, view = Paired(), ClusterView()
+    services = fleet(view)
+    services["a", "chat"] = services["b", "chat"]  # both apply the same objects
+    Planner(view, writer, 5, 5, router_image="x")._write(  # type: ignore[arg-type]
+        ClusterDecision(pool_status={}, services=services), "now"
+    )
+    assert all(writer.statuses[ns]["appliedDigest"] is not None for ns in "ab")  # all applied
+    applied = {ns: [w for w in writer.writes if w.startswith(f"apply {ns}/")] for ns in "ab"}
+    assert applied["a"] and [w[8:] for w in applied["a"]] == [w[8:] for w in applied["b"]]

@@ -7,6 +7,7 @@ dynamic module and config loaders are untyped, hence a mypy override in pyprojec
 import hashlib
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -57,7 +58,8 @@ class Applied:
 class KubeWriter:
     """``guard(verb)`` runs before every write: the Lease check of `gpumix.operator.election`,
     which ends the process when this replica may no longer write. Writes sent are counted
-    (``gpumix_cluster_writes_total``)."""
+    (``gpumix_cluster_writes_total``). Threads may write at once (the planner's pass does,
+    :data:`gpumix.operator.loop.WRITERS`)."""
 
     def __init__(self, api: client.ApiClient, guard: Callable[[str], None] | None = None) -> None:
         self._api = api
@@ -67,6 +69,8 @@ class KubeWriter:
         self._core = client.CoreV1Api(api)
         self._apis = client.ApisApi(api)
         self._applied = Applied()
+        self._lock = threading.Lock()
+        """Over the count and the dynamic client's discovery (which may refresh its cache)."""
         self.sent = 0
         """Writes sent so far (what the planner's pass log reports)."""
 
@@ -77,7 +81,7 @@ class KubeWriter:
         if self._applied.unchanged(obj):
             return False
         self._count("apply")
-        resource = self._dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        resource = self._resource(obj["apiVersion"], obj["kind"])
         self._dynamic.server_side_apply(
             resource,
             body=obj,
@@ -97,8 +101,13 @@ class KubeWriter:
             self._guard(verb)
 
     def _count(self, label: str) -> None:
-        self.sent += 1
+        with self._lock:
+            self.sent += 1
         metrics.WRITES.labels(label).inc()
+
+    def _resource(self, api_version: str, kind: str) -> Any:
+        with self._lock:
+            return self._dynamic.resources.get(api_version=api_version, kind=kind)
 
     def _write(self, verb: str, label: str) -> None:
         self._before(verb)
@@ -118,7 +127,7 @@ class KubeWriter:
         the apiserver does not serve (a CRD since removed), is fine."""
         self._write("delete", "delete")
         try:
-            resource = self._dynamic.resources.get(api_version=api_version, kind=kind)
+            resource = self._resource(api_version, kind)
         except ResourceNotFoundError:
             return
         try:
