@@ -49,7 +49,6 @@ import argparse
 import copy
 import cProfile
 import functools
-import gc
 import io
 import itertools
 import json
@@ -74,7 +73,7 @@ import numpy as np
 import yaml
 
 from gpumix.digestcache import DigestCache
-from gpumix.operator.run import GC_THRESHOLDS
+from gpumix.operator import memory
 from gpumix.plan.joint import JointInstance, solve_joint, solve_sequential
 from gpumix.plan.joint import solve as joint_solve
 from gpumix.problem import replica_fits
@@ -377,7 +376,7 @@ def offline(
 ) -> dict[str, Any]:  # fmt: skip
     for cache in CACHES.values():  # each size starts cold
         cache.clear()
-    gc.set_threshold(*GC_THRESHOLDS)  # as `gpumix run` collects garbage
+    memory.collect_less()  # as `gpumix run` collects garbage
     services = service_bodies(n_services, seed)
     t0 = time.perf_counter()
     profile_bodies()

@@ -27,6 +27,7 @@ from gpumix.cliargs import (
 from gpumix.install import write_install_files
 from gpumix.manifests import ManifestError, describe, load_inputs
 from gpumix.melange_config import MelangeConfig
+from gpumix.operator import memory
 from gpumix.operator.run import add_parser as add_run_parser
 from gpumix.plan import (
     AllocationInstance,
@@ -137,6 +138,7 @@ def _print_plan(args: argparse.Namespace, name: str, plan: Plan, text: str) -> N
 
 
 def _plan(args: argparse.Namespace) -> int:
+    memory.collect_less()  # a fleet's plan allocates as a planner pass does
     formulation = Formulation(args.formulation or Formulation.AGGREGATED)
     if args.melange_config:
         if args.files:

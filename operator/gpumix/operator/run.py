@@ -3,7 +3,6 @@
 import argparse
 import asyncio
 import functools
-import gc
 import logging
 import os
 import signal
@@ -15,6 +14,7 @@ from prometheus_client import start_http_server
 
 from gpumix.cliargs import Parser, fail, positive_float, positive_int, tcp_port
 from gpumix.install import LEASE_NAME, NAMESPACE, ROUTER_IMAGE_ENV, default_image
+from gpumix.operator import memory
 from gpumix.operator.election import (
     FollowerHealth,
     LeaseElector,
@@ -31,13 +31,6 @@ from gpumix.operator.view import ClusterView
 from gpumix.reconcile.leadership import Timing
 
 log = logging.getLogger("gpumix")
-
-GC_THRESHOLDS = (50_000, 20, 20)
-"""The cyclic garbage collector's thresholds (Python's default: 700, 10, 10). A planner pass
-allocates millions of short-lived objects (pydantic models, plan grids); at the default, the
-collector ran some 900 times a pass, 3-6 of them over every object the caches hold, and took
-0.8-1.8 s of a 2.6-4 s pass at 500 services (offline, ``bench/scale.py``'s fleet). These take
-0.1-0.5 s for the same peak RSS (309 MB): what a pass drops, reference counting frees."""
 
 
 def api_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
@@ -271,7 +264,7 @@ def run_operator(args: argparse.Namespace) -> int:
     # and pods that was 96% of the log (live 50 services × 500 nodes: 2,767 of 2,883 lines).
     # Its warnings and errors still show.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    gc.set_threshold(*GC_THRESHOLDS)
+    memory.collect_less()
     api = api_client(args.kubeconfig, args.context)
     elector = _elector(args, api)
     try:
