@@ -109,3 +109,41 @@ def test_objects_deleted_after_the_count_do_not_hold_the_first_pass_back() -> No
         return asyncio.get_running_loop().time() - start
 
     assert asyncio.run(scenario()) < 5.0  # not the 30 s timeout
+
+
+async def changing(view: ClusterView, n: int | None, every_s: float = 0.01) -> None:
+    """Watch events every ``every_s``: ``n`` of them (None: without end)."""
+    i = 0
+    while n is None or i < n:
+        await asyncio.sleep(every_s)
+        view.changed.set()
+        i += 1
+
+
+def test_a_pass_waits_for_a_burst_of_changes_to_end() -> None:
+    async def scenario() -> bool:
+        view = ClusterView()
+        burst = asyncio.create_task(changing(view, 30))
+        await planner(view, None).settled(quiet_s=0.5, most_s=60)
+        return burst.done()
+
+    assert asyncio.run(scenario())
+
+
+def test_a_lone_change_is_planned_without_waiting_the_longest_settle() -> None:
+    async def scenario() -> None:
+        view = ClusterView()
+        view.changed.set()
+        await asyncio.wait_for(planner(view, None).settled(quiet_s=0.05, most_s=600), 30)
+
+    asyncio.run(scenario())  # a wait of most_s would time out
+
+
+def test_changes_without_end_wait_at_most_the_longest_settle() -> None:
+    async def scenario() -> None:
+        view = ClusterView()
+        endless = asyncio.create_task(changing(view, None))
+        await asyncio.wait_for(planner(view, None).settled(quiet_s=600, most_s=0.2), 30)
+        endless.cancel()
+
+    asyncio.run(scenario())
