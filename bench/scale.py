@@ -526,10 +526,14 @@ def _operator_metric(port: int, name: str) -> dict[str, float]:
     }
 
 
-def _settle(port: int, timeout_s: float = 600.0) -> float:
-    """Seconds until the operator has run a whole pass that wrote nothing: what it planned is
-    rolled out and the statuses have caught up. A window measured before that counts the tail
-    of the last plan's rollout (pods turning Ready, old pools removed), not what comes next."""
+def _settle(port: int, api: Any, namespace: str, timeout_s: float = 600.0) -> float:
+    """Seconds until every Deployment in ``namespace`` runs its replicas, all available, and
+    the operator has then run a whole pass that wrote nothing: what it planned is rolled out
+    and the statuses have caught up. A window measured before that counts the tail of the
+    last plan's rollout (pods turning Ready, old pools removed), not what comes next. A pass
+    that wrote nothing alone was not enough: a fleet's pods turn Ready in waves, and passes
+    between two make-before-break steps write nothing (session 27: 21 services' second step
+    fell in a change's window)."""
     start = time.perf_counter()
 
     def read() -> tuple[float, float]:
@@ -538,16 +542,28 @@ def _settle(port: int, timeout_s: float = 600.0) -> float:
         return sum(passes.values()), sum(writes.values())
 
     passes, _ = read()
-    mark: float | None = None  # the writes when a pass was last seen ending
+    mark: float | None = None  # the writes when a pass was last seen ending, rolled out
     while time.perf_counter() - start < timeout_s:
         time.sleep(2)
         now_passes, writes = read()
         if now_passes > passes:
             if mark is not None and writes == mark:
                 return round(time.perf_counter() - start, 1)
-            mark = writes
+            mark = writes if _rolled_out(api, namespace) else None
         passes = now_passes
     raise RuntimeError(f"the operator still wrote after {timeout_s:.0f} s")
+
+
+def _rolled_out(api: Any, namespace: str) -> bool:
+    """Every Deployment's replicas are up to date and available, none more or fewer."""
+    items = api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments")["items"]
+    return all(
+        (st := i.get("status") or {}).get("replicas", 0)
+        == st.get("updatedReplicas", 0)
+        == st.get("availableReplicas", 0)
+        == i["spec"].get("replicas", 0)
+        for i in items
+    )
 
 
 def _operator_metric_or_none(port: int, name: str) -> dict[str, float] | None:
@@ -701,7 +717,7 @@ def live(
             time.sleep(2)
         first_s = time.perf_counter() - start
         _, _, cpu_first = sample()
-        settle_s = _settle(port)
+        settle_s = _settle(port, api, ns, timeout_s=1200.0)  # a whole fleet rolls out
         settle_req = _requests(api)
         settle_writes = _operator_metric(port, "gpumix_cluster_writes_total")
         settle_passes = _operator_metric(port, "gpumix_planner_pass_seconds_count")
@@ -740,7 +756,7 @@ def live(
                     break
                 time.sleep(0.2)
             latencies.append(time.perf_counter() - t_change)
-            settled.append(_settle(port))
+            settled.append(_settle(port, api, ns))
             change_req.append(_delta(_requests(api), req0))
             change_writes.append(_delta(_operator_metric(port, "gpumix_cluster_writes_total"), w0))
             after = {n: b for n, b in _planned(api, ns).items() if n != name}
