@@ -84,6 +84,7 @@ from gpumix.reconcile import cluster as rc
 from gpumix.reconcile import service as rs
 from gpumix.reconcile.capacity import NodeInfo
 from gpumix.reconcile.service import Running
+from gpumix.render.names import POOL_LABEL
 
 INPUT_EDGES = [1, 256, 512, 1024, 2048, 3072]
 OUTPUT_EDGES = [1, 64, 128, 256, 512, 1001]
@@ -527,7 +528,7 @@ def _operator_metric(port: int, name: str) -> dict[str, float]:
 
 
 def _settle(port: int, api: Any, namespace: str, timeout_s: float = 600.0) -> float:
-    """Seconds until every Deployment in ``namespace`` runs its replicas, all available, and
+    """Seconds until every engine Deployment in ``namespace`` runs its replicas, all available, and
     the operator has then run a whole pass that wrote nothing: what it planned is rolled out
     and the statuses have caught up. A window measured before that counts the tail of the
     last plan's rollout (pods turning Ready, old pools removed), not what comes next. A pass
@@ -555,8 +556,11 @@ def _settle(port: int, api: Any, namespace: str, timeout_s: float = 600.0) -> fl
 
 
 def _rolled_out(api: Any, namespace: str) -> bool:
-    """Every Deployment's replicas are up to date and available, none more or fewer."""
-    items = api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments")["items"]
+    """Every engine Deployment's replicas are up to date and available, none more or fewer
+    (the routers' are left out: at 500 services half their pods find no room on the fleet's
+    nodes, and no step of a rollout waits for them)."""
+    query = urllib.parse.urlencode({"labelSelector": POOL_LABEL})
+    items = api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments?{query}")["items"]
     return all(
         (st := i.get("status") or {}).get("replicas", 0)
         == st.get("updatedReplicas", 0)
@@ -721,6 +725,7 @@ def live(
         settle_req = _requests(api)
         settle_writes = _operator_metric(port, "gpumix_cluster_writes_total")
         settle_passes = _operator_metric(port, "gpumix_planner_pass_seconds_count")
+        settle_views = _operator_metric(port, "gpumix_view_changes_total")
         statuses = {n: b.get("status") or {} for n, b in _planned(api, ns).items()}
         time.sleep(30)  # a quiet window: what the operator sends when nothing changes
         quiet_changed = _changed_fields(statuses, _planned(api, ns))
@@ -729,6 +734,7 @@ def live(
                               settle_writes)  # fmt: skip
         quiet_passes = _delta(_operator_metric(port, "gpumix_planner_pass_seconds_count"),
                               settle_passes)  # fmt: skip
+        quiet_views = _delta(_operator_metric(port, "gpumix_view_changes_total"), settle_views)
         rng = random.Random(seed + 1)
         latencies: list[float] = []
         change_req: list[dict[str, float]] = []
@@ -804,6 +810,7 @@ def live(
             "quiet_30s_requests": quiet_req,
             "quiet_30s_writes": quiet_writes,
             "quiet_30s_passes": quiet_passes,
+            "quiet_30s_view_changes": quiet_views,
             "quiet_30s_status_changes": quiet_changed,
             "per_change_requests": change_req,
             "per_change_writes": change_writes,
@@ -841,7 +848,8 @@ def print_live(r: dict[str, Any]) -> None:
           f"until 30 s after it: {r['restart_writes'] or 'none'}; peak RSS "
           f"{r['restart_peak_rss_mb']} MB")  # fmt: skip
     print(f"  operator log (both operators): {r['operator_log']}")
-    print(f"  quiet 30 s: passes {r['quiet_30s_passes']}, writes {r['quiet_30s_writes']}, "
+    print(f"  quiet 30 s: passes {r['quiet_30s_passes']} (view changes by kind "
+          f"{r['quiet_30s_view_changes']}), writes {r['quiet_30s_writes']}, "
           f"apiserver requests {r['quiet_30s_requests']}; services whose status changed, by "
           f"field: {r['quiet_30s_status_changes']}")  # fmt: skip
     for i, (req, w, others) in enumerate(zip(r["per_change_requests"], r["per_change_writes"],

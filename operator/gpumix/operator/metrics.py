@@ -14,6 +14,9 @@ PASS_STAGES = Histogram(
 )
 SOLVE = Histogram("gpumix_solve_seconds", "ILP solve time reported in plans")
 ERRORS = Counter("gpumix_reconcile_errors_total", "Failed writes or passes", ["stage"])
+VIEW_CHANGES = Counter(
+    "gpumix_view_changes_total", "Watch events that changed what the planner reads", ["kind"]
+)
 GPUS = Gauge("gpumix_gpus", "Planned GPUs", ["namespace", "service", "pool"])
 COST = Gauge("gpumix_cost_per_hour_dollars", "Planned $/h", ["namespace", "service"])
 LEADER = Gauge(

@@ -5,6 +5,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpumix.operator import metrics
 from gpumix.reconcile.cluster import Snapshot
 from gpumix.reconcile.digest import autoscaler_targets, node_info, pod_info, running_services
 from gpumix.reconcile.modelshape import config_map_ref
@@ -63,6 +64,7 @@ class ClusterView:
             objects[key] = kept
         if kind != "configmaps" or key in self.config_map_refs():
             self.changed.set()  # other ConfigMaps change nothing the planner reads
+            metrics.VIEW_CHANGES.labels(kind).inc()  # what keeps the planner passing
 
     def short_of(self, counts: dict[str, int]) -> dict[str, tuple[int, int]]:
         """The kinds of which the view holds fewer objects than ``counts``: (held, counted)."""
