@@ -6,6 +6,7 @@ import asyncio
 import inspect
 
 import kopf
+from prometheus_client import REGISTRY
 
 from gpumix.operator.handlers import WATCHES, register
 from gpumix.operator.view import ClusterView
@@ -37,6 +38,10 @@ def _node(heartbeat: str, *, gpus: str = "8", label: str = "a40") -> dict[str, o
 
 
 def test_a_node_heartbeat_does_not_wake_the_planner_but_a_change_it_reads_does() -> None:
+    def counted() -> float:
+        return REGISTRY.get_sample_value("gpumix_view_changes_total", {"kind": "nodes"}) or 0.0
+
+    before = counted()
     view = ClusterView()
     view.update("nodes", "ADDED", _node("1"))
     assert view.changed.is_set()
@@ -52,3 +57,4 @@ def test_a_node_heartbeat_does_not_wake_the_planner_but_a_change_it_reads_does()
     view.changed.clear()
     view.update("nodes", "DELETED", _node("6"))  # already gone
     assert not view.changed.is_set()
+    assert counted() - before == 4  # gpumix_view_changes_total: the wakes, not every event
