@@ -84,7 +84,6 @@ from gpumix.reconcile import cluster as rc
 from gpumix.reconcile import service as rs
 from gpumix.reconcile.capacity import NodeInfo
 from gpumix.reconcile.service import Running
-from gpumix.render.names import POOL_LABEL
 
 INPUT_EDGES = [1, 256, 512, 1024, 2048, 3072]
 OUTPUT_EDGES = [1, 64, 128, 256, 512, 1001]
@@ -528,7 +527,7 @@ def _operator_metric(port: int, name: str) -> dict[str, float]:
 
 
 def _settle(port: int, api: Any, namespace: str, timeout_s: float = 600.0) -> float:
-    """Seconds until every engine Deployment in ``namespace`` runs its replicas, all available, and
+    """Seconds until every Deployment in ``namespace`` runs its replicas, all available, and
     the operator has then run a whole pass that wrote nothing: what it planned is rolled out
     and the statuses have caught up. A window measured before that counts the tail of the
     last plan's rollout (pods turning Ready, old pools removed), not what comes next. A pass
@@ -556,11 +555,9 @@ def _settle(port: int, api: Any, namespace: str, timeout_s: float = 600.0) -> fl
 
 
 def _rolled_out(api: Any, namespace: str) -> bool:
-    """Every engine Deployment's replicas are up to date and available, none more or fewer
-    (the routers' are left out: at 500 services half their pods find no room on the fleet's
-    nodes, and no step of a rollout waits for them)."""
-    query = urllib.parse.urlencode({"labelSelector": POOL_LABEL})
-    items = api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments?{query}")["items"]
+    """Every Deployment's replicas, the engines' and the routers', are up to date and
+    available, none more or fewer (a router's first ready pod changes its service's objects)."""
+    items = api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments")["items"]
     return all(
         (st := i.get("status") or {}).get("replicas", 0)
         == st.get("updatedReplicas", 0)
@@ -642,6 +639,13 @@ def node_lease_s(nodes: int) -> int:
     return max(40, math.ceil(4 * nodes / LEASE_RENEWALS_PER_S))
 
 
+SERVICES_PER_SYSTEM_NODE = 40
+"""Services whose routers (2 pods of 100m CPU each, `gpumix.render.router`) one CPU-only node
+of 16 CPUs and 110 pods holds, with room to spare. With one 4-CPU node for every fleet, most of
+500 services' 1,000 router pods stayed Pending, and routers turning ready one by one kept
+rewriting their services' objects long after the engines had rolled out (session 27)."""
+
+
 def live(
     n_services: int,
     n_nodes: int,
@@ -662,8 +666,8 @@ def live(
         for p in POOLS
         for n in [node_counts(n_nodes)[p.name]]
     ] + [tc.GpuPool(name="system", gpu_class=None, product=None, gpus_per_node=0,
-                    gpu_memory_mib=0, nodes=1, instance_type="m6i.xlarge", cpu="4",
-                    memory="16Gi")]  # fmt: skip
+                    gpu_memory_mib=0, nodes=math.ceil(n_services / SERVICES_PER_SYSTEM_NODE),
+                    instance_type="m6i.4xlarge", cpu="16", memory="64Gi")]  # fmt: skip
     directory = Path(tempfile.mkdtemp(prefix="gpumix-scale-"))
     t0 = time.perf_counter()
     cluster = tc.Cluster.start(
