@@ -33,8 +33,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait(what: str, probe: Callable[[], Any], timeout: float = 90, every: float = 0.5) -> Any:
-    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout`."""
+def wait(
+    what: str,
+    probe: Callable[[], Any],
+    timeout: float = 90,
+    every: float = 0.5,
+    about: Callable[[], Any] | None = None,
+) -> Any:
+    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout`, with
+    what `about` then says (e.g. the status message that explains the wait)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -42,7 +49,10 @@ def wait(what: str, probe: Callable[[], Any], timeout: float = 90, every: float 
         if last:
             return last
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
+    context = "" if about is None else f"; {about()!r}"
+    raise AssertionError(
+        f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}{context}"
+    )
 
 
 class Operator:

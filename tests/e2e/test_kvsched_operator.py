@@ -185,7 +185,11 @@ def test_the_kv_scheduler_empties_a_pod_through_the_router_on_stock_engines(
     OpenAI API and /metrics. The router holds the streams; the KV loop reads its ledger and moves
     streams through it, empties the newest pod(s) and the Deployment removes exactly them. Every
     client sees one uninterrupted stream carrying exactly the tokens the model gives its prompt."""
-    kv = {"enabled": False, "intervalSeconds": 2}
+    # kvMigration is on from the start, so the router runs with --migratable from the start:
+    # turning it on later rolls the router, whose new pod the KV loop would then ask for the
+    # ledger instead of this test's router. The first pass finds no stream; the hour between
+    # passes holds the next one until the six streams are placed.
+    kv = {"enabled": True, "intervalSeconds": 3600}
     slo = {"tpotMs": 120, "attainmentTarget": 0.5}
     routing = {"replicas": 1}
     env.apply(env.service("kvr", 1.5, pools=["a10g"], kvMigration=kv, slo=slo, routing=routing))
@@ -200,7 +204,7 @@ def test_the_kv_scheduler_empties_a_pod_through_the_router_on_stock_engines(
         for pod, url in zip(pods, sim.urls["a10g"], strict=True):
             annotate(env, pod.metadata.name, ENGINE_URL_ANNOTATION, url)
         # --migratable, as the operator runs the router of a service whose KV loop moves streams
-        # through it (here from the start: kvMigration is enabled once the streams run).
+        # through it.
         router = RouterProcess(kube, env.ns, "kvr", tmp_path / "router.log", "--migratable")
         router.wait_ready()
         [router_pod] = env.core.list_namespaced_pod(
@@ -225,14 +229,15 @@ def test_the_kv_scheduler_empties_a_pod_through_the_router_on_stock_engines(
 
         wait("two streams on each pod", lambda: sorted(placed().values()) == [2, 2, 2],
              timeout=30, every=0.2)  # fmt: skip
-        env.apply(env.service("kvr", 1.5, pools=["a10g"], kvMigration={**kv, "enabled": True},
+        env.apply(env.service("kvr", 1.5, pools=["a10g"], kvMigration={**kv, "intervalSeconds": 2},
                               slo=slo, routing=routing))  # fmt: skip
 
-        def drained() -> dict[str, Any] | None:
-            kvs = (env.get("kvr").get("status") or {}).get("kvScheduler") or {}
-            return kvs if kvs.get("drainedPods") else None
+        def kv_status() -> dict[str, Any]:
+            return (env.get("kvr").get("status") or {}).get("kvScheduler") or {}
 
-        status = wait("the KV scheduler to empty a pod through the router", drained, timeout=60)
+        status = wait("the KV scheduler to empty a pod through the router",
+                      lambda: kv_status() if kv_status().get("drainedPods") else None,
+                      timeout=60, about=kv_status)  # fmt: skip
         emptied = status["drainedPods"]
         assert sorted(emptied) == sorted(names[3 - len(emptied) :]), (status, names)  # newest
         assert status["migrations"] == 2 * len(emptied)
