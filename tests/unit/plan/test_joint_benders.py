@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import example, given
+from hypothesis import strategies as st
 from test_joint import QUICK, fig2, joint_instances
 
 from gpumix.plan.joint import JointInstance, benders, solve_joint
@@ -61,6 +62,42 @@ def test_benders_reaches_the_compact_optimum(inst: JointInstance) -> None:
     assert out.result.objective is not None
     assert out.result.objective <= compact + 1e-6
     assert out.result.objective == pytest.approx(compact, rel=2e-4, abs=1e-6)
+
+
+@QUICK
+@given(joint_instances(), st.data())
+def test_counts_all_pinned_are_checked_not_searched(
+    inst: JointInstance, data: st.DataObject
+) -> None:
+    """Every count pinned (the operator's services kept on their plans, each solved alone):
+    no master is solved, and the answer is the compact ILP's: the pins' cost when they keep
+    the limits and carry the traffic, infeasible when they break a limit, a fall-back (the
+    compact model then says infeasible) when they do not carry it."""
+    inst = _full_service(inst)
+    services = [
+        s.model_copy(update={"options": [
+            o.model_copy(update={"fixed": data.draw(st.integers(0, 3))}) for o in s.options
+        ]})
+        for s in inst.services
+    ]  # fmt: skip
+    inst = inst.model_copy(update={"services": services})
+    if not benders.applicable(inst):
+        return
+    _, compact = _compact(inst)
+    out = benders.solve_benders(inst, 30.0, 0.0)
+    if compact is None:
+        assert not isinstance(out, benders.BendersSolution)
+        return
+    assert isinstance(out, benders.BendersSolution)
+    assert out.master_solves == 0 and out.cuts == 0
+    assert out.result.status == "optimal" and out.result.objective is not None
+    assert out.result.objective == pytest.approx(compact, rel=1e-9, abs=1e-9)
+    assert out.counts == {
+        (si, o): option.fixed
+        for si, s in enumerate(inst.services)
+        for o, option in enumerate(s.options)
+        if (si, o) in out.counts
+    }
 
 
 @QUICK
