@@ -132,7 +132,7 @@ class Planner:
 
     async def run(self, settle_s: float = SETTLE_S, quiet_s: float = QUIET_S) -> None:
         await self.listed()
-        await asyncio.sleep(settle_s)
+        await self.settled(quiet_s, settle_s)  # the listing's own burst of events
         while True:
             self.view.changed.clear()
             try:
