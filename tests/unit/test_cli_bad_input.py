@@ -124,6 +124,7 @@ CASES: list[tuple[list[str], str]] = [
         "--timeout",
     ),
     (["run", "--interval", "0"], "--interval"),
+    (["run", "--search-time-limit", "-1"], "--search-time-limit"),
     (["run", "--metrics-port", "-1"], "--metrics-port"),
     (["run", "--prometheus-timeout", "0"], "--prometheus-timeout"),
     (["route", "--max-inflight-per-pod", "0"], "--max-inflight-per-pod"),

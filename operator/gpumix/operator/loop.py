@@ -21,7 +21,7 @@ from gpumix.operator import memory, metrics
 from gpumix.operator.kube import KubeWriter, digest
 from gpumix.operator.observing import Observer
 from gpumix.operator.view import ClusterView
-from gpumix.reconcile.cluster import ClusterDecision, plan_cluster
+from gpumix.reconcile.cluster import SEARCH_TIME_LIMIT_S, ClusterDecision, plan_cluster
 from gpumix.reconcile.objects import desired_objects, unwanted_objects
 from gpumix.reconcile.service import EventSpec, ServiceDecision
 from gpumix.render import Owner, router_name
@@ -114,6 +114,7 @@ class Planner:
         observer: Observer | None = None,
         listing: Callable[[], dict[str, int]] | None = None,
         listing_timeout_s: float = LISTING_TIMEOUT_S,
+        search_time_limit_s: float = SEARCH_TIME_LIMIT_S,
     ) -> None:
         self.view, self.writer = view, writer
         self.router_image, self.operator_namespace = router_image, operator_namespace
@@ -121,6 +122,7 @@ class Planner:
         self.listing, self.listing_timeout_s = listing, listing_timeout_s
         self.interval_s, self.time_limit_s = interval_s, time_limit_s
         self.budget_per_hour = budget_per_hour
+        self.search_time_limit_s = search_time_limit_s
         self._exported: set[tuple[str, str]] = set()
         """Services with metrics series, so that deleted ones are forgotten."""
         self._reported: dict[str, set[tuple[str, str]]] = {}
@@ -198,7 +200,9 @@ class Planner:
             stages[stage] = time.perf_counter() - start - sum(stages.values())
             metrics.PASS_STAGES.labels(stage).observe(stages[stage])
 
-        snapshot = self.view.snapshot(now_rfc3339(), self.time_limit_s, self.budget_per_hour)
+        snapshot = self.view.snapshot(
+            now_rfc3339(), self.time_limit_s, self.budget_per_hour, self.search_time_limit_s
+        )
         lap("snapshot")
         snapshot = await self.observer.attach(snapshot)  # Prometheus, in a worker thread
         if any(_routing_mode(b) == INFERENCE_POOL for b in snapshot.services):

@@ -28,6 +28,7 @@ from gpumix.operator.listing import listed_counts
 from gpumix.operator.loop import Planner
 from gpumix.operator.observing import add_observe_arguments, observer_from_args
 from gpumix.operator.view import ClusterView
+from gpumix.reconcile.cluster import SEARCH_TIME_LIMIT_S
 from gpumix.reconcile.leadership import Timing
 
 log = logging.getLogger("gpumix")
@@ -81,6 +82,7 @@ async def _main(
         KubeWriter(api, guard),
         interval_s=args.interval,
         time_limit_s=args.solver_time_limit,
+        search_time_limit_s=args.search_time_limit,
         budget_per_hour=args.budget,
         router_image=args.router_image,
         operator_namespace=default_namespace(NAMESPACE),
@@ -176,6 +178,13 @@ def add_parser(sub: "argparse._SubParsersAction[Parser]") -> None:
     run.add_argument("--interval", type=positive_float, default=30.0, help="seconds between passes")
     run.add_argument(
         "--solver-time-limit", type=positive_float, default=30.0, help="seconds per ILP"
+    )
+    run.add_argument(
+        "--search-time-limit",
+        type=positive_float,
+        default=SEARCH_TIME_LIMIT_S,
+        help="seconds one service's attainment search may take in a pass; a longer one keeps "
+        "the best plan its rounds found",
     )
     run.add_argument(
         "--budget",

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumix.operator import metrics
-from gpumix.reconcile.cluster import Snapshot
+from gpumix.reconcile.cluster import SEARCH_TIME_LIMIT_S, Snapshot
 from gpumix.reconcile.digest import autoscaler_targets, node_info, pod_info, running_services
 from gpumix.reconcile.modelshape import config_map_ref
 
@@ -77,7 +77,11 @@ class ClusterView:
         return {ref for ref in refs if ref is not None}
 
     def snapshot(
-        self, now: str, time_limit_s: float, budget_per_hour: float | None = None
+        self,
+        now: str,
+        time_limit_s: float,
+        budget_per_hour: float | None = None,
+        search_time_limit_s: float = SEARCH_TIME_LIMIT_S,
     ) -> Snapshot:
         o = self.objects
         return Snapshot(
@@ -96,5 +100,6 @@ class ClusterView:
             },
             now=now,
             time_limit_s=time_limit_s,
+            search_time_limit_s=search_time_limit_s,
             budget_per_hour=budget_per_hour,
         )

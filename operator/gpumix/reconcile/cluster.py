@@ -125,6 +125,10 @@ DERATING_ROUNDS = MAX_ROUNDS
 each one solve (of the fleet, or of the service alone after a change) plus one simulation per
 plan it moved (0.2-0.8 s each; cached by what they read): the offline loop's bound. Later
 passes of the same generation spend none."""
+SEARCH_TIME_LIMIT_S = 20.0
+"""Seconds one service's attainment search may take in a pass (:func:`_search_alone`): the
+searches of ``bench/attainment.py`` take 0.4 s (median) to 4.3 s; a longer one ends with the
+best plan its rounds found, and status keeps it as the search's outcome."""
 
 log = logging.getLogger("gpumix.planner")
 
@@ -148,6 +152,9 @@ class Snapshot(BaseModel):
     """(namespace, Deployment name) → the autoscaler that targets it, e.g. 'HPA chat-a10g'."""
     now: str
     time_limit_s: float = 30.0
+    search_time_limit_s: float = SEARCH_TIME_LIMIT_S
+    """Seconds one service's attainment search may take in a pass (`gpumix run
+    --search-time-limit`); see :func:`_search_alone`."""
     budget_per_hour: float | None = None
     """Cluster-wide $/h cap over every service (`gpumix run --budget`)."""
     observations: dict[ObjectKey, ServiceObservation] = {}
@@ -640,7 +647,8 @@ def _plan_to_targets(
         held.clear()
         first = solved(candidates, available, snap.budget_per_hour, start_step)
     final, failed = (first, False) if not DERATING_ROUNDS else _search_alone(
-        candidates, searching, first, solved, available=available, budget=snap.budget_per_hour
+        candidates, searching, first, solved, available=available, budget=snap.budget_per_hour,
+        limit_s=snap.search_time_limit_s,
     )  # fmt: skip
     final, pinned = _kept_holding(
         candidates, searching, first, final, solved, available=available,
@@ -696,6 +704,7 @@ def _search_alone(
     *,
     available: dict[str, int],
     budget: float | None,
+    limit_s: float,
 ) -> tuple[_Round, bool]:
     """The search of the services whose generation is new (all of them in a first pass, one
     after a change): each, in turn, derated in at most ``DERATING_ROUNDS`` solves of itself
@@ -710,7 +719,12 @@ def _search_alone(
     below target, at 8 and 14 services 2 and 4 (down to 6.6%), where searching alone left none,
     3-4× faster. One service's solve takes milliseconds; the simulations are the same either
     way. The fleet's plan is applied when it serves as much as ``first``; a fleet of one is
-    its best round."""
+    its best round.
+
+    Each service's search stops once it has run ``limit_s`` (checked before each of its
+    solves; one that runs over its ILP time limit is not cut), with the rounds so far: a
+    service whose every round is a slow solve (fuzzed: a dozen pools, one-service solves of
+    7-32 s) held the fleet's pass for two minutes (#19)."""
     plans = {c.key: first.plan.services[_demand_name(c.key)] for c in candidates}
     factors, steps = dict(first.factors), dict(first.steps)
     failed = False
@@ -724,9 +738,14 @@ def _search_alone(
             factors={c.key: factors[c.key]}, steps={c.key: steps[c.key]},
             plan=first.plan, predicted={c.key: first.predicted[c.key]},
         )]  # fmt: skip
+        deadline = time.monotonic() + limit_s
         for _ in range(DERATING_ROUNDS):
             step = _derate([c], rounds[-1])
             if step is None:
+                break
+            if time.monotonic() >= deadline:
+                log.info("attainment loop: %s: search stopped after %d rounds, at its time "
+                         "limit (%g s)", _demand_name(c.key), len(rounds) - 1, limit_s)  # fmt: skip
                 break
             try:
                 trial = solved([c], capacity, left, step, None)
@@ -740,9 +759,11 @@ def _search_alone(
             rounds.append(trial)
         best = rounds[_best_round(c, rounds)]
         if not _aimed(c, best):
-            best = _grown(c, best, first, solved, capacity=capacity, budget=left) or best
+            best = _grown(c, best, first, solved, capacity=capacity, budget=left,
+                          deadline=deadline) or best  # fmt: skip
         if len(rounds) > SINGLE_TYPE_AFTER:
-            best = _single_type(c, best, first, solved, capacity=capacity, budget=left) or best
+            best = _single_type(c, best, first, solved, capacity=capacity, budget=left,
+                                deadline=deadline) or best  # fmt: skip
         factors[c.key], steps[c.key] = best.factors[c.key], best.steps[c.key]
         plans[c.key] = best.plan.services[_demand_name(c.key)]
         if len(rounds) > 1:
@@ -776,6 +797,7 @@ def _grown(
     *,
     capacity: dict[str, int],
     budget: float | None,
+    deadline: float,
 ) -> _Round | None:
     """The first of at most ``GROW_ROUNDS`` plans, ``best``'s with one replica more each time
     of the option whose pool meets the least, that reaches the search's aim (:func:`_aimed`),
@@ -810,6 +832,8 @@ def _grown(
             or (most is not None and sum(counts.values()) > most)
         ):
             return held  # pinned, a replica the pool, a budget or maxReplicas has no room for
+        if time.monotonic() >= deadline:
+            return held
         try:
             r = solved([c], capacity, budget, (r.factors, r.steps), {c.key: counts})
         except Exception:  # no room for it, or the solver failed: the search's best stands
@@ -840,6 +864,7 @@ def _single_type(
     *,
     capacity: dict[str, int],
     budget: float | None,
+    deadline: float,
 ) -> _Round | None:
     """The cheapest plan of one option found that reaches the search's aim (:func:`_aimed`),
     and costs less than ``best`` when that reaches it too; ``None`` when none does. Each
@@ -891,6 +916,8 @@ def _single_type(
         for _ in range(DERATING_ROUNDS + 1):
             if step is None or starts[option] >= cost - 1e-9:
                 break
+            if time.monotonic() >= deadline:
+                return found
             try:
                 r = solved([c], capacity, budget, step, pins)
             except Exception:  # the plans so far stand

@@ -109,6 +109,25 @@ def test_the_next_pass_starts_from_the_kept_derating_and_solves_once(solves: lis
     assert chat(with_status(body, first), rounds=0).target == {"a10g": 4}  # the kept factors
 
 
+def test_a_search_out_of_time_keeps_the_plan_so_far_and_is_not_run_again(
+    solves: list[str],
+) -> None:
+    """2 req/s on A10Gs: a10g×3 misses (98.4%), and its search would find a10g×4. With no time
+    for a round the search ends on a10g×3, named below its target; the next pass of the same
+    generation starts from what status kept and solves once, with no round."""
+    body = service("chat", 2, "t0", **A10G_ONLY)
+    short = chat(body, search_time_limit_s=1e-9)
+    assert len(solves) == 1
+    assert short.target == {"a10g": 3}
+    derating = short.status.derating
+    assert derating is not None and derating.rounds == 0 and not derating.options
+    assert cond(short.status, "SLOAtRisk")[:2] == ("True", "BelowTarget")
+    solves.clear()
+    again = chat(with_status(body, short))
+    assert len(solves) == 1 and again.target == {"a10g": 3}
+    assert chat(body).target == {"a10g": 4}  # with the default time, it searches
+
+
 def test_a_new_spec_generation_starts_over() -> None:
     body = service("chat", 2, "t0", **A10G_ONLY)
     first = chat(body)
