@@ -31,6 +31,20 @@ def _compact(inst: JointInstance) -> tuple[jm.JointModel, float | None]:
     return model, result.objective if result.status == "optimal" else None
 
 
+def _with_compact(inst: JointInstance) -> tuple[benders.BendersSolution, float] | None:
+    """Benders' answer and the compact ILP's optimum of ``inst``; ``None`` (Benders checked
+    to have no plan) when the compact ILP has none, or when Benders does not apply."""
+    if not benders.applicable(inst):
+        return None
+    _, compact = _compact(inst)
+    out = benders.solve_benders(inst, 30.0, 0.0)
+    if compact is None:
+        assert not isinstance(out, benders.BendersSolution)  # infeasible (or gave up)
+        return None
+    assert isinstance(out, benders.BendersSolution) and out.result.objective is not None
+    return out, compact
+
+
 STALE_MIP_START = (
     '{"services":[{"name":"s0","rates":[[2.0,2.0]],"options":[{"name":"p0-tp1","pool":"p0","co'
     'st_per_hour":0.5,"max_tput":[[4.0,0.0]]},{"name":"p0-tp2","pool":"p0","gpus_per_replica":2,'
@@ -47,19 +61,13 @@ the better objective; the loop re-solved the same master until its round limit a
 @given(joint_instances())
 @example(JointInstance.model_validate_json(STALE_MIP_START))
 def test_benders_reaches_the_compact_optimum(inst: JointInstance) -> None:
-    inst = _full_service(inst)
-    if not benders.applicable(inst):
+    solved = _with_compact(_full_service(inst))
+    if solved is None:
         return
-    _, compact = _compact(inst)
-    out = benders.solve_benders(inst, 30.0, 0.0)
-    if compact is None:
-        assert not isinstance(out, benders.BendersSolution)  # infeasible (or gave up)
-        return
-    assert isinstance(out, benders.BendersSolution)
-    assert out.result.status == "optimal"
+    out, compact = solved
+    assert out.result.status == "optimal" and out.result.objective is not None
     # Equal up to the churn tie-break (1e-4 of a replica): HiGHS may leave a tie-break
     # auxiliary above its least value in the compact model, never below.
-    assert out.result.objective is not None
     assert out.result.objective <= compact + 1e-6
     assert out.result.objective == pytest.approx(compact, rel=2e-4, abs=1e-6)
 
@@ -81,14 +89,10 @@ def test_counts_all_pinned_are_checked_not_searched(
         for s in inst.services
     ]  # fmt: skip
     inst = inst.model_copy(update={"services": services})
-    if not benders.applicable(inst):
+    solved = _with_compact(inst)
+    if solved is None:
         return
-    _, compact = _compact(inst)
-    out = benders.solve_benders(inst, 30.0, 0.0)
-    if compact is None:
-        assert not isinstance(out, benders.BendersSolution)
-        return
-    assert isinstance(out, benders.BendersSolution)
+    out, compact = solved
     assert out.master_solves == 0 and out.cuts == 0
     assert out.result.status == "optimal" and out.result.objective is not None
     assert out.result.objective == pytest.approx(compact, rel=1e-9, abs=1e-9)

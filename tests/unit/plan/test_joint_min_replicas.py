@@ -7,14 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_joint import QUICK, fig2, joint_instances, option
-from test_joint_benders import _compact, _full_service
+from test_joint_benders import _full_service, _with_compact
 
 from gpumix.plan.joint import (
     JointInstance,
     Objective,
     PoolLimit,
     ServiceDemand,
-    benders,
     solve_joint,
     solve_sequential,
 )
@@ -107,14 +106,10 @@ def test_benders_holds_floors_as_the_compact_model(inst: JointInstance, floors: 
     """Full service with every floor as a hard row: the Benders master and the compact model
     agree (same optimum, or both infeasible)."""
     inst = with_floor(_full_service(inst), floors)
-    if not benders.applicable(inst):
+    solved = _with_compact(inst)
+    if solved is None:
         return
-    _, compact = _compact(inst)
-    out = benders.solve_benders(inst, 30.0, 0.0)
-    if compact is None:
-        assert not isinstance(out, benders.BendersSolution)
-        return
-    assert isinstance(out, benders.BendersSolution) and out.result.objective is not None
+    out, compact = solved
     assert out.result.objective == pytest.approx(compact, rel=2e-4, abs=1e-6)
     for si, service in enumerate(inst.services):
         assert sum(y for (s, _), y in out.counts.items() if s == si) >= service.min_replicas
