@@ -154,6 +154,10 @@ def predict(
     e2e test, whose requests carry their true length as ``max_tokens``, met 58.7%, and knowing
     the lengths the simulator agrees: the L4 meets 71% of its requests, 90% overall."""
     options = [o for o, n in allocation.counts.items() if n > 0]
+    if not options:  # no replica (no room, no budget): every request is dropped
+        ttft = None if service.spec.slo.ttft_ms is None else 0.0
+        return PredictedAttainment(tpot=0.0, ttft=ttft, met=0.0, alone=0.0, requests=requests,
+                                   pools={})  # fmt: skip
     routers: tuple[RouterName, ...] = ("melange",) if len(options) < 2 else ROUTERS
     plan = PlanChoice(counts=allocation.counts, share=allocation.share)
     traffic = TrafficSpec(requests=requests, seed=seed)

@@ -103,6 +103,19 @@ def test_a_prediction_that_fails_leaves_the_plan_applied_and_attainment_unknown(
     assert "no built-in shape for model 'example/unshaped-7b'" in message
 
 
+def test_a_plan_with_no_replica_is_predicted_to_meet_nothing() -> None:
+    """A budget of 0 $/h buys no replica: nothing to simulate, every request missed, said
+    as such (not a prediction that failed, nor a traceback in the log)."""
+    body = service("chat", 5.5, "t0")
+    body["spec"]["budget"] = {"maxCostPerHour": 0}
+    sd = planned(body)
+    assert sd.target is not None and not any(sd.target.values())
+    assert sd.status.predicted_attainment == 0
+    state, reason, message = cond(sd.status, "SLOAtRisk")
+    assert (state, reason) == ("True", "BelowTarget")
+    assert message == "predicted attainment 0.00% is below the target 99%: no replica serves"
+
+
 def test_no_traffic_is_not_simulated() -> None:
     sd = planned(service("chat", 0, "t0"))
     assert sd.status.predicted_attainment is None
