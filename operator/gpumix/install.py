@@ -152,6 +152,7 @@ class OperatorSettings:
     health_port: int = 8081
     interval_s: int = 30
     solver_time_limit_s: int = 30
+    search_time_limit_s: int = 20
     log_format: str = "json"
     health_path: str = "/healthz"
     tmp_size_limit: str = "256Mi"
@@ -170,6 +171,7 @@ class OperatorSettings:
             f"--health-port={self.health_port}",
             f"--interval={self.interval_s}",
             f"--solver-time-limit={self.solver_time_limit_s}",
+            f"--search-time-limit={self.search_time_limit_s}",
             f"--log-format={self.log_format}",
         ]
 
