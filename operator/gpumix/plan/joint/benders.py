@@ -414,6 +414,8 @@ def solve_benders(
     if pins is not None:
         # Nothing to search: the counts are the pins, if they keep the master's rows (pools,
         # budgets, replica bounds, coverage) and carry every service's traffic.
+        for key, count in pins.items():
+            master.counts[key].varValue = count
         if not master.problem.valid(FEASIBLE_OVERLOAD):
             return SolveResult(status="infeasible", solver="highs", objective=None, gap=None,
                                seconds=time.perf_counter() - start,
@@ -500,18 +502,18 @@ def solve_benders(
 
 
 def _pinned(instance: JointInstance, master: jm.JointModel) -> dict[jm.Key, float] | None:
-    """The master's counts, set to the pins, when pins fix every one; else ``None``. The
+    """The master's counts as its pins fix them, when pins fix every one; else ``None``. The
     operator keeps most services on their plans and solves each such service alone, pinned
     (:func:`gpumix.plan.joint.solve._own_plan_of`): at 500 services the first change after a
     rollout searched 499 masters without a choice in them (3 s, #19)."""
     if len(master.problem.variables()) != len(master.counts):
         return None  # a churn or shortfall variable: something is not pinned
     pins = {}
-    for (si, o), var in master.counts.items():
+    for si, o in master.counts:
         fixed = instance.services[si].options[o].fixed
         if fixed is None:
             return None
-        pins[si, o] = var.varValue = float(fixed)
+        pins[si, o] = float(fixed)
     return pins
 
 
