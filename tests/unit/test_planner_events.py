@@ -76,6 +76,48 @@ def test_a_service_recreated_under_the_same_name_is_reported_again() -> None:
     assert writer.events == ["PlanChanged: a 0→1", "PlanChanged: a 0→1"]
 
 
+class Ordered(Writer):
+    """Status patches and events, in order; a status patch fails while ``status_down``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+        self.status_down = False
+
+    def patch_service_status(self, *_: Any) -> None:
+        if self.status_down:
+            raise OSError("apiserver down")
+        self.writes.append("status")
+
+    def event(self, body: Any, type_: str, reason: str, message: str, now: str) -> None:
+        super().event(body, type_, reason, message, now)
+        self.writes.append(f"event {reason}")
+
+
+def changed(message: str) -> ClusterDecision:
+    """A transition whose status differs from the one the view holds (a patch is sent)."""
+    status = LLMServiceStatus(cost_per_hour=1.0)
+    sd = ServiceDecision(apply=None, status=status, events=[
+        EventSpec(type="Normal", reason="PlanChanged", message=message)
+    ])  # fmt: skip
+    return ClusterDecision(pool_status={}, services={("ns", "chat"): sd})
+
+
+def test_an_event_is_sent_only_after_its_status_holds_the_transition() -> None:
+    """An operator killed between an event and its status left the event without the status;
+    the next incarnation read the old status, decided the transition again and reported it
+    twice (tests/e2e/test_chaos.py, SIGKILL at random points of a pass). The status goes first,
+    and when it fails the event waits for the pass that writes it."""
+    writer = Ordered()
+    p = planner(writer)
+    writer.status_down = True
+    p._write(changed("a 1→2"), "now")
+    assert writer.events == []  # no status: no event either
+    writer.status_down = False
+    p._write(changed("a 1→2"), "now")
+    assert writer.writes == ["status", "event PlanChanged"]
+
+
 class Recorder(Writer):
     """Every write, in order."""
 

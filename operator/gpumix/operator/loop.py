@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -98,6 +99,15 @@ def _observation_metrics(ns: str, name: str, status: LLMServiceStatus) -> None:
     for gauge, value in gauges:
         if value is not None:
             gauge.labels(**labels).set(value)
+
+
+@dataclass(frozen=True)
+class _StatusWrite:
+    """One service's status patch (``None``: unchanged) and the events to send after it."""
+
+    body: dict[str, Any]
+    patch: dict[str, Any] | None
+    events: list[EventSpec]
 
 
 class Planner:
@@ -279,9 +289,13 @@ class Planner:
         writers: ThreadPoolExecutor,
     ) -> None:
         """Each service's metrics, and its status and events where they changed. What to write
-        is decided here, one service after another; the writes go out on ``writers``."""
-        statuses: list[tuple[str, str, dict[str, Any]]] = []
-        events: list[tuple[dict[str, Any], EventSpec]] = []
+        is decided here, one service after another; the writes go out on ``writers``, a
+        service's events only once its status holds the transition they report: an operator
+        killed between the two (tests/e2e/test_chaos.py's SIGKILLs) left an event without its
+        status, and the next incarnation, reading the old status, reported it again. Now such a
+        kill loses the event instead, and a status that fails to patch sends none (the next
+        pass decides the transition again and reports it then)."""
+        writes: list[_StatusWrite] = []
         for key, sd in decision.services.items():
             body = self.view.objects["services"].get(key)
             if body is None:
@@ -304,31 +318,33 @@ class Planner:
             new.pop(DIGEST_FIELD, None)
             if applied_digest is not None:
                 new[DIGEST_FIELD] = applied_digest
-            if not _same_status(LLMServiceStatus, old, new):
-                statuses.append((ns, name, merge_patch(old, new)))
+            patch = None if _same_status(LLMServiceStatus, old, new) else merge_patch(old, new)
             # A pass that reads a status older than its own last write (the watch catching up,
             # e.g. reconnecting after an apiserver restart) decides the same transition again:
             # report it once (found by tests/e2e/test_chaos.py: two PlanChanged for one change).
-            for ev in sd.events:
-                if (ev.reason, ev.message) not in self._reported.get(body["metadata"]["uid"], ()):
-                    events.append((body, ev))
-                    log.info("%s/%s %s: %s", ns, name, ev.reason, ev.message)
-        patched = writers.map(
-            lambda st: self._guard("service-status", self.writer.patch_service_status, *st),
-            statuses,
-        )
-        sent = writers.map(
-            lambda be: self._guard(
-                "event", self.writer.event, be[0], be[1].type, be[1].reason, be[1].message, now
-            ),
-            events,
-        )
-        written: dict[str, set[tuple[str, str]]] = {}
-        for (body, ev), ok in zip(events, sent, strict=True):
-            if ok:
-                written.setdefault(body["metadata"]["uid"], set()).add((ev.reason, ev.message))
-        self._reported.update(written)  # a service's last events written replace its earlier
-        list(patched)  # and the status patches are sent
+            reported = self._reported.get(body["metadata"]["uid"], ())
+            events = [ev for ev in sd.events if (ev.reason, ev.message) not in reported]
+            for ev in events:
+                log.info("%s/%s %s: %s", ns, name, ev.reason, ev.message)
+            if patch is not None or events:
+                writes.append(_StatusWrite(body=body, patch=patch, events=events))
+
+        def send(w: _StatusWrite) -> set[tuple[str, str]]:
+            ns, name = w.body["metadata"]["namespace"], w.body["metadata"]["name"]
+            if w.patch is not None and not self._guard(
+                "service-status", self.writer.patch_service_status, ns, name, w.patch
+            ):
+                return set()
+            event = self.writer.event
+            return {
+                (ev.reason, ev.message)
+                for ev in w.events
+                if self._guard("event", event, w.body, ev.type, ev.reason, ev.message, now)
+            }
+
+        for w, sent in zip(writes, writers.map(send, writes), strict=True):
+            if sent:  # a service's last events written replace its earlier
+                self._reported[w.body["metadata"]["uid"]] = sent
 
     def _write_objects(
         self,
