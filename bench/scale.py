@@ -376,6 +376,7 @@ def offline(
 ) -> dict[str, Any]:  # fmt: skip
     for cache in CACHES.values():  # each size starts cold
         cache.clear()
+    rc._PREPARED.clear()
     memory.collect_less()  # as `gpumix run` collects garbage
     services = service_bodies(n_services, seed)
     t0 = time.perf_counter()

@@ -6,9 +6,17 @@ import pytest
 
 from gpumix.api import GPUProfile, LLMService
 from gpumix.manifests import load_objects
+from gpumix.reconcile import cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "manifests" / "samples"
+
+
+@pytest.fixture(autouse=True)
+def _planner_starts_fresh() -> None:
+    """Each test's first pass prepares every service, as a new operator's does: a test that
+    patches what preparing calls sees its patch (`cluster._PreparedLastPass`)."""
+    cluster._PREPARED.clear()
 
 
 @pytest.fixture(scope="session")

@@ -688,6 +688,7 @@ def test_a_plan_sends_no_more_requests_where_they_miss_alone_than_half_the_targe
     assert sd.target is not None and sd.target.get("a100-80gb")
     monkeypatch.setattr(cluster, "with_alone_miss_budget", lambda demand, _: demand)
     monkeypatch.setattr(cluster, "aim", lambda target: target)
+    cluster._PREPARED.clear()  # the same body: prepared again, without the budget
     unfiltered = chat(body)
     assert missed_alone(body, unfiltered) > 0.005
     assert unfiltered.status.cost_per_hour is not None and sd.status.cost_per_hour is not None

@@ -341,3 +341,74 @@ def test_a_deleted_pool_keeps_serving_until_the_new_replicas_are_ready_then_goes
     body["status"] = sd.status.model_dump(by_alias=True, mode="json", exclude_none=True)
     after = plan_cluster(snap(services=[body], running={KEY: ready})).services[KEY]
     assert after.delete == ["chat-gone"]
+
+
+def spy_prepare(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the services each pass prepares (`cluster._prepare`), in order."""
+    prepared: list[str] = []
+    real = cluster._prepare
+
+    def spy(service: Any, body: dict[str, Any], **kw: Any) -> Any:
+        prepared.append(body["metadata"]["name"])
+        return real(service, body, **kw)
+
+    monkeypatch.setattr(cluster, "_prepare", spy)
+    return prepared
+
+
+def test_a_pass_prepares_again_only_the_services_whose_inputs_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rate change replans one service: the others' preparation (validation, problem, joint
+    demand) is the last pass's when their bodies, running replicas and the fleet are equal, and
+    the pass decides exactly as one that prepares everything again."""
+    prepared = spy_prepare(monkeypatch)
+    bodies = [service("a", 2.0, "t0"), service("b", 5.5, "t1")]
+    first = plan_cluster(snap(services=bodies))
+    assert prepared == ["a", "b"]
+    again = plan_cluster(snap(services=bodies))
+    assert prepared == ["a", "b"]  # nothing changed: nothing prepared
+    assert again.model_dump() == first.model_dump()
+
+    changed = [bodies[0], service("b", 8.0, "t1")]
+    changed[1]["metadata"]["generation"] = 2
+    prepared.clear()
+    moved = plan_cluster(snap(services=changed))
+    assert prepared == ["b"]
+    cluster._PREPARED.clear()
+    assert plan_cluster(snap(services=changed)).model_dump() == moved.model_dump()
+    assert prepared == ["b", "a", "b"]
+
+    prepared.clear()  # a node fewer: every service's problem may change
+    plan_cluster(snap(services=changed, nodes=nodes({"l4": 4, "a10g": 3, "a100-80gb": 3})))
+    assert prepared == ["a", "b"]
+    prepared.clear()  # what runs is the service's input too
+    running = {("default", "a"): Running(replicas={"a10g": 1}, ready={"a10g": 1})}
+    plan_cluster(snap(services=changed, running=running))
+    assert prepared == ["a", "b"]
+
+
+def test_a_body_changed_in_place_is_prepared_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What was prepared is compared with a copy of the body it was prepared from: a caller
+    that edits the same dict between passes gets its edit planned."""
+    prepared = spy_prepare(monkeypatch)
+    body = service("chat", 2.0, "t0")
+    low = plan_cluster(snap(services=[body])).services[KEY]
+    body["spec"]["workload"]["requestRate"] = 12.0
+    high = plan_cluster(snap(services=[body])).services[KEY]
+    assert prepared == ["chat", "chat"]
+    assert high.status.workload is not None and high.status.workload.request_rate == 12.0
+    assert low.status.cost_per_hour is not None and high.status.cost_per_hour is not None
+    assert high.status.cost_per_hour > low.status.cost_per_hour
+
+
+def test_an_observed_service_is_prepared_every_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An observed workload is decided against the pass's clock (the age of its last good
+    observation): its preparation is not kept."""
+    prepared = spy_prepare(monkeypatch)
+    observed = service("observed", 2.0, "t0")
+    observed["spec"]["workload"]["source"] = "Prometheus"
+    bodies = [observed, service("static", 2.0, "t1")]
+    plan_cluster(snap(services=bodies))
+    plan_cluster(snap(services=bodies))
+    assert prepared == ["observed", "static", "observed"]
