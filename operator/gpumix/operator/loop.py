@@ -5,6 +5,7 @@ and writes what changed. A failed write is logged and counted; the next pass ret
 """
 
 import asyncio
+import copy
 import logging
 import time
 from collections.abc import Callable
@@ -102,6 +103,18 @@ def _observation_metrics(ns: str, name: str, status: LLMServiceStatus) -> None:
 
 
 @dataclass(frozen=True)
+class _Rendered:
+    """One service's objects (and their digest) as rendered from ``inputs``
+    (:meth:`Planner._rendered`)."""
+
+    inputs: tuple[Any, ...]
+    service: LLMService
+    owner: Owner
+    objects: list[dict[str, Any]]
+    digest: str
+
+
+@dataclass(frozen=True)
 class _StatusWrite:
     """One service's status patch (``None``: unchanged) and the events to send after it."""
 
@@ -137,6 +150,8 @@ class Planner:
         """Services with metrics series, so that deleted ones are forgotten."""
         self._reported: dict[str, set[tuple[str, str]]] = {}
         """By service uid: the events (reason, message) the last pass that wrote any wrote."""
+        self._rendered: dict[tuple[str, str], _Rendered] = {}
+        """By service: its objects as the last pass rendered them (:meth:`_rendered`)."""
         self._pools_served = True
         """Whether the apiserver served the InferencePool kind when last asked."""
         self.ready = asyncio.Event()
@@ -265,6 +280,8 @@ class Planner:
             metrics.forget(*gone)
         self._exported = set(decision.services)
         uids = {b["metadata"].get("uid") for b in self.view.objects["services"].values()}
+        for key in self._rendered.keys() - decision.services.keys():
+            del self._rendered[key]
         self._reported = {uid: evs for uid, evs in self._reported.items() if uid in uids}
         # Objects first, for every service: the Deployments of a changed plan do not wait behind
         # the statuses of a fleet (a pass may rewrite hundreds while pods come up).
@@ -361,24 +378,17 @@ class Planner:
         change of leader (at 50 services that was 514 applies that changed nothing), unless a
         Deployment among them is not in the view (deleted by hand: applied again)."""
         ns, name = key
-        try:
-            service = LLMService.model_validate({**body, "status": None})
-        except ValidationError:
-            return None
-        owner = Owner(name=name, namespace=ns, uid=body["metadata"]["uid"])
         router = self.view.objects["deployments"].get((ns, router_name(name)))
         available = ((router or {}).get("status") or {}).get("availableReplicas") or 0
-        objects = desired_objects(
-            service,
-            owner,
-            sd,
-            pools,
-            router_image=self.router_image,
-            router_ready=available > 0,
+        rendered = self._rendered_objects(
+            key, body, sd, pools, router_ready=available > 0,
             inference_pools_served=inference_pools_served,
-            operator_namespace=self.operator_namespace,
-        )
-        applied = digest(objects)
+        )  # fmt: skip
+        if rendered is None:
+            return None
+        service, owner, objects, applied = (
+            rendered.service, rendered.owner, rendered.objects, rendered.digest
+        )  # fmt: skip
         present = all(
             (ns, o["metadata"]["name"]) in self.view.objects["deployments"]
             for o in objects
@@ -397,6 +407,50 @@ class Planner:
             if not self._guard("delete", self.writer.delete, *ref):
                 break
         return None if failed else applied
+
+    def _rendered_objects(
+        self,
+        key: tuple[str, str],
+        body: dict[str, Any],
+        sd: ServiceDecision,
+        pools: dict[str, GPUPool],
+        *,
+        router_ready: bool,
+        inference_pools_served: bool,
+    ) -> _Rendered | None:
+        """The service's ``desired_objects`` and their digest (``None``: its spec is invalid);
+        the last pass's when what they are rendered from is equal: a pass of 500 services
+        validated each spec and rendered and digested some 5,000 objects that nothing had
+        changed (offline, 0.35 s of its 0.5 s of writes at 200 services)."""
+        meta = body["metadata"]
+        inputs = (
+            body.get("spec"), meta.get("uid"), sd.apply, sd.target, sd.choices, sd.shares,
+            sd.shape, pools, router_ready, inference_pools_served,
+        )  # fmt: skip
+        kept = self._rendered.get(key)
+        if kept is not None and kept.inputs == inputs:
+            return kept
+        try:
+            service = LLMService.model_validate({**body, "status": None})
+        except ValidationError:
+            return None
+        owner = Owner(name=key[1], namespace=key[0], uid=meta["uid"])
+        objects = desired_objects(
+            service,
+            owner,
+            sd,
+            pools,
+            router_image=self.router_image,
+            router_ready=router_ready,
+            inference_pools_served=inference_pools_served,
+            operator_namespace=self.operator_namespace,
+        )
+        rendered = _Rendered(
+            inputs=copy.deepcopy(inputs), service=service, owner=owner, objects=objects,
+            digest=digest(objects),
+        )  # fmt: skip
+        self._rendered[key] = rendered
+        return rendered
 
     @staticmethod
     def _guard(stage: str, fn: Any, *args: Any) -> bool:
