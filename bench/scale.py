@@ -12,8 +12,9 @@ Everything is seeded (``--seed``).
 **Offline** (``--mode offline``, no cluster): the operator's pure pass
 (:func:`gpumix.reconcile.cluster.plan_cluster`) on a synthetic snapshot, as the operator runs
 it: a cold pass (nothing runs), a steady pass (the plan applied and ready, statuses written
-back), then one service's rate is changed and the pass that replans it is timed — the planner
-part of "workload change → plan applied". The joint instance of the cold pass is captured and
+back), a quiet pass (nothing changed since) against the same pass preparing every service again
+(:func:`quiet_passes`), then one service's rate is changed and the pass that replans it is
+timed — the planner part of "workload change → plan applied". The joint instance of the cold pass is captured and
 solved again alone (``solve_joint`` at the operator's 1 % gap and ``--time-limit``), against
 the baseline in the same run: the services planned one at a time in what the ones before them
 left (``solve_sequential``, same gap and time limit, like for like), and against the solver's
@@ -370,6 +371,32 @@ def bound_of(cost: float, gap: float | None) -> float | None:
     return None if gap is None else cost * (1 - gap)
 
 
+QUIET_RUNS = 3
+"""Quiet passes timed each way (:func:`quiet_passes`)."""
+
+
+def quiet_passes(snap: rc.Snapshot) -> dict[str, float]:
+    """A pass in which nothing changed (the statuses the steady pass wrote, read back), as the
+    operator runs it, against the same pass preparing every service again (the last pass's
+    preparations forgotten, ``gpumix.reconcile.cluster._PreparedLastPass``): medians of
+    :data:`QUIET_RUNS` each, alternated."""
+    rc.plan_cluster(snap)  # what it prepares is kept for the next
+    kept, again = [], []
+    for _ in range(QUIET_RUNS):
+        for times, forget in ((kept, False), (again, True)):
+            if forget:
+                rc._PREPARED.clear()
+            t0 = time.perf_counter()
+            rc.plan_cluster(snap)
+            times.append(time.perf_counter() - t0)
+    median_kept, median_again = float(np.median(kept)), float(np.median(again))
+    return {
+        "pass_quiet_s": round(median_kept, 3),
+        "pass_quiet_prepared_again_s": round(median_again, 3),
+        "quiet_prepared_again_vs_kept": round(median_again / median_kept, 2),
+    }
+
+
 def offline(
     n_services: int, n_nodes: int, seed: int, time_limit_s: float, *, profile: bool,
     sequential: bool,
@@ -399,6 +426,7 @@ def offline(
     bodies2, _ = applied(bodies, steady)
     for b, c in zip(bodies2, changed, strict=True):
         c["status"] = b["status"]
+    quiet = quiet_passes(snapshot(bodies2, n_nodes, time_limit_s, running))
     change, change_s, change_prof = timed_pass(
         snapshot(changed, n_nodes, time_limit_s, running), profile
     )
@@ -452,6 +480,7 @@ def offline(
         "pass_cold_joint_solves": cold_solves,
         "pass_cold_solve_s": round(cold_solve_s, 3),
         "pass_steady_s": round(steady_s, 3),
+        **quiet,
         "steady_promises": promises(steady),
         "pass_steady_solve_s": round(steady_solve_s, 3),
         "pass_change_s": round(change_s, 3),
@@ -903,6 +932,9 @@ def print_offline(r: dict[str, Any]) -> None:
           f"after one rate change {r['pass_change_s']:.2f} s "
           f"({r['pass_change_solve_s']:.2f} s solving; "
           f"replanned: {r['change_replanned']})")  # fmt: skip
+    print(f"  a quiet pass (nothing changed): {r['pass_quiet_s']:.2f} s; preparing every "
+          f"service again {r['pass_quiet_prepared_again_s']:.2f} s "
+          f"({r['quiet_prepared_again_vs_kept']}×)")  # fmt: skip
     p = r["steady_promises"]
     print(f"  the plan applied: {p['on_target']}/{r['services']} services on target "
           f"(predicted attainment min / p10 / median {p['predicted_attainment']}), "
