@@ -10,19 +10,19 @@ GPUProfiles from the calibrated roofline for every (model, GPU type, TP degree) 
 Everything is seeded (``--seed``).
 
 **Offline** (``--mode offline``, no cluster): the operator's pure pass
-(:func:`gpumix.reconcile.cluster.plan_cluster`) on a synthetic snapshot, as the operator runs
-it: a cold pass (nothing runs), a steady pass (the plan applied and ready, statuses written
-back), a quiet pass (nothing changed since) against the same pass preparing every service again
-(:func:`quiet_passes`), then one service's rate is changed and the pass that replans it is
-timed — the planner part of "workload change → plan applied". The joint instance of the cold pass is captured and
-solved again alone (``solve_joint`` at the operator's 1 % gap and ``--time-limit``), against
-the baseline in the same run: the services planned one at a time in what the ones before them
-left (``solve_sequential``, same gap and time limit, like for like), and against the solver's
-bound (the objective less the reported relative gap). ``--profile`` prints where a pass spends
-its time (cProfile, top functions by cumulative time). After the passes, the planner's caches
+(:func:`gpumix.reconcile.cluster.plan_cluster`) on a synthetic snapshot, as the operator runs it: a
+cold pass (nothing runs), a steady pass (the plan applied and ready, statuses written back), a quiet
+pass (nothing changed since) against the same pass preparing every service again
+(:func:`quiet_passes`), then one service's rate is changed and the pass that replans it is timed —
+the planner part of "workload change → plan applied". The joint instance of the cold pass is
+captured and solved again alone (``solve_joint`` at the operator's 1 % gap and ``--time-limit``),
+against the baseline in the same run: the services planned one at a time in what the ones before
+them left (``solve_sequential``, same gap and time limit, like for like), and against the solver's
+bound (the objective less the reported relative gap). ``--profile`` prints where a pass spends its
+time (cProfile, top functions by cumulative time). After the passes, the planner's caches
 (:class:`gpumix.digestcache.DigestCache`, values kept packed, the most recently used also as
-objects): entries, bytes kept, and the same values unpacked into objects as the pass had kept
-them before (``tracemalloc``), with the time a hit on a packed value spends unpacking.
+objects): entries, bytes kept, and the same values unpacked into objects as the pass had kept them
+before (``tracemalloc``), with the time a hit on a packed value spends unpacking.
 
 **Live** (``--mode live``): a local control plane from ``hack/`` (etcd, kube-apiserver,
 scheduler, controller-manager, KWOK; no Docker; node Leases long enough that KWOK renews about
