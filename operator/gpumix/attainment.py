@@ -33,7 +33,7 @@ import functools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,6 +55,7 @@ from gpumix.problem import PoolChoice, build_problem
 from gpumix.profiles import gpu_type
 from gpumix.profiles.models import ModelShape, model_shape
 from gpumix.profiles.roofline import Roofline
+from gpumix.sim import workers
 from gpumix.sim.scenario import PlanChoice, RouterName, SimRun, TrafficSpec, simulate_service
 
 DEFAULT_TARGET = 0.99
@@ -147,12 +148,13 @@ def predict(
 
     A plan of several options is simulated twice, its router once guessing each output length
     (the running mean of its input row, App. A.2: clients that send no ``max_tokens``) and once
-    knowing it (a ``max_tokens`` as tight as the answer caps the guess), and the worse of the
-    two is its promise: the guess sends the short answers of a row that mostly answers long
-    to the pool planned for long ones, and so spares the pool their bucket was planned on. The
-    chat sample at 4 req/s on a100-80gb×1 + l4×1 met 98.6% guessing; the router of the live
-    e2e test, whose requests carry their true length as ``max_tokens``, met 58.7%, and knowing
-    the lengths the simulator agrees: the L4 meets 71% of its requests, 90% overall."""
+    knowing it (a ``max_tokens`` as tight as the answer caps the guess; side by side when
+    :mod:`gpumix.sim.workers` are started), and the worse of the two is its promise: the guess
+    sends the short answers of a row that mostly answers long to the pool planned for long
+    ones, and so spares the pool their bucket was planned on. The chat sample at 4 req/s on
+    a100-80gb×1 + l4×1 met 98.6% guessing; the router of the live e2e test, whose requests
+    carry their true length as ``max_tokens``, met 58.7%, and knowing the lengths the
+    simulator agrees: the L4 meets 71% of its requests, 90% overall."""
     options = [o for o, n in allocation.counts.items() if n > 0]
     if not options:  # no replica (no room, no budget): every request is dropped
         ttft = None if service.spec.slo.ttft_ms is None else 0.0
@@ -161,16 +163,36 @@ def predict(
     routers: tuple[RouterName, ...] = ("melange",) if len(options) < 2 else ROUTERS
     plan = PlanChoice(counts=allocation.counts, share=allocation.share)
     traffic = TrafficSpec(requests=requests, seed=seed)
-    runs = [
-        simulate_service(service, pools, profiles, traffic, plan=plan, router=r, shape=shape)
-        for r in routers
-    ]
-    return min((_attainment(service, run) for run in runs), key=lambda p: p.met)
+    runs = [_Run(service, pools, profiles, traffic, plan, r, shape) for r in routers]
+    return min(workers.side_by_side(_simulated, runs), key=lambda p: p.met)
 
 
 ROUTERS: tuple[RouterName, ...] = ("melange", "melange-oracle")
 """The routing core guessing output lengths and knowing them: what a mixed plan is promised
 under (:func:`predict`)."""
+
+
+class _Run(NamedTuple):
+    """One simulation of a prediction, as handed to a worker process (it pickles)."""
+
+    service: LLMService
+    pools: list[GPUPool]
+    profiles: list[GPUProfile]
+    traffic: TrafficSpec
+    plan: PlanChoice
+    router: RouterName
+    shape: ModelShape | None
+
+
+def _simulated(run: _Run) -> PredictedAttainment:
+    """``run`` simulated, and what its requests met: the attainment, not the run, travels back
+    from a worker (3,000 requests' records would take longer to pickle than to summarise)."""
+    service = run.service
+    return _attainment(
+        service,
+        simulate_service(service, run.pools, run.profiles, run.traffic, plan=run.plan,
+                         router=run.router, shape=run.shape),
+    )  # fmt: skip
 
 
 def _attainment(service: LLMService, run: SimRun) -> PredictedAttainment:

@@ -125,6 +125,7 @@ CASES: list[tuple[list[str], str]] = [
     ),
     (["run", "--interval", "0"], "--interval"),
     (["run", "--search-time-limit", "-1"], "--search-time-limit"),
+    (["run", "--simulation-processes", "0"], "--simulation-processes"),
     (["run", "--metrics-port", "-1"], "--metrics-port"),
     (["run", "--prometheus-timeout", "0"], "--prometheus-timeout"),
     (["route", "--max-inflight-per-pod", "0"], "--max-inflight-per-pod"),

@@ -30,6 +30,7 @@ from gpumix.operator.observing import add_observe_arguments, observer_from_args
 from gpumix.operator.view import ClusterView
 from gpumix.reconcile.cluster import SEARCH_TIME_LIMIT_S
 from gpumix.reconcile.leadership import Timing
+from gpumix.sim import workers
 
 log = logging.getLogger("gpumix")
 
@@ -97,6 +98,7 @@ async def _main(
     start_http_server(args.metrics_port, addr=args.bind)
     if elector is not None and not await _until_leading(args, elector):
         return
+    await asyncio.to_thread(workers.start, args.simulation_processes)  # only the leader plans
     tasks = [
         asyncio.create_task(
             kopf.operator(
@@ -185,6 +187,13 @@ def add_parser(sub: "argparse._SubParsersAction[Parser]") -> None:
         default=SEARCH_TIME_LIMIT_S,
         help="seconds one service's attainment search may take in a pass; a longer one keeps "
         "the best plan its rounds found",
+    )
+    run.add_argument(
+        "--simulation-processes",
+        type=positive_int,
+        default=2,
+        help="simulations a prediction may run at once, in worker processes beside the "
+        "operator's (a mixed plan's prediction runs two; 1: all in the operator's process)",
     )
     run.add_argument(
         "--budget",
@@ -282,4 +291,5 @@ def run_operator(args: argparse.Namespace) -> int:
         # asyncio.run has waited for the writing threads: nothing writes any more.
         if elector is not None:
             elector.close()
+        workers.stop()
     return 0
