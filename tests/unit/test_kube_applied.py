@@ -3,7 +3,10 @@ sent again (in any key order), a changed or deleted one is."""
 
 import copy
 
-from gpumix.operator.kube import Applied
+import pytest
+
+from gpumix.operator import kube
+from gpumix.operator.kube import Applied, digest
 
 
 def deployment(replicas: int) -> dict[str, object]:
@@ -32,3 +35,18 @@ def test_a_deleted_object_is_forgotten() -> None:
     applied.record(deployment(2))
     applied.forget(("apps/v1", "Deployment", "ns", "chat-a10g"))
     assert not applied.unchanged(deployment(2))
+
+
+def test_a_known_digest_is_taken_as_the_objects_and_spares_serialising_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    applied = Applied()
+    known = digest(deployment(2))
+    applied.record(deployment(2), known)
+    serialised: list[object] = []
+    monkeypatch.setattr(kube, "digest", lambda obj: serialised.append(obj) or digest(obj))
+    assert applied.unchanged(deployment(2), known)
+    assert not applied.unchanged(deployment(3), digest(deployment(3)))
+    assert serialised == []
+    assert applied.unchanged(deployment(2))  # without it, the writer digests the object
+    assert len(serialised) == 1

@@ -127,7 +127,7 @@ class Recorder(Writer):
         self.statuses: dict[str, dict[str, Any]] = {}
         self.remembered: dict[tuple[str, str, str], dict[str, Any]] = {}
 
-    def apply(self, obj: dict[str, Any]) -> None:
+    def apply(self, obj: dict[str, Any], _known: str | None = None) -> None:
         """Sent unless remembered unchanged (`KubeWriter.apply`'s contract)."""
         if self.remembered.get(self._key(obj)) == obj:
             return
@@ -135,7 +135,7 @@ class Recorder(Writer):
             raise OSError("apiserver down")
         self.writes.append(f"apply {obj['metadata']['namespace']}/{obj['kind']}")
 
-    def remember(self, obj: dict[str, Any]) -> None:
+    def remember(self, obj: dict[str, Any], _known: str | None = None) -> None:
         self.remembered[self._key(obj)] = obj
 
     @staticmethod
@@ -221,7 +221,7 @@ class Paired(Recorder):
         super().__init__()
         self.pair = threading.Barrier(2, timeout=5)
 
-    def apply(self, obj: dict[str, Any]) -> None:
+    def apply(self, obj: dict[str, Any], _known: str | None = None) -> None:
         self.pair.wait()
         super().apply(obj)
 

@@ -11,6 +11,7 @@ import yaml
 
 from gpumix.api import LLMService, LLMServiceStatus
 from gpumix.operator import loop
+from gpumix.operator.kube import digest
 from gpumix.operator.loop import Planner
 from gpumix.operator.view import ClusterView
 from gpumix.problem import PoolChoice
@@ -33,13 +34,16 @@ class Writer:
 
     def __init__(self) -> None:
         self.applied: list[dict[str, Any]] = []
+        self.known: list[str | None] = []
+        """The digest the planner handed with each object (the writer's unchanged-check)."""
         self.sent = 0
 
-    def apply(self, obj: dict[str, Any]) -> bool:
+    def apply(self, obj: dict[str, Any], known: str | None = None) -> bool:
         self.applied.append(copy.deepcopy(obj))
+        self.known.append(known)
         return True
 
-    def remember(self, _obj: dict[str, Any]) -> None:
+    def remember(self, _obj: dict[str, Any], _known: str | None = None) -> None:
         pass
 
     def delete(self, *_: Any) -> None:
@@ -112,6 +116,7 @@ def test_an_unchanged_service_is_rendered_once_and_applied_every_pass(renders: l
     p._write(decision(chat, 2), "now")
     assert len(renders) == 1 and writer.applied == first  # applied: the writer skips or not
     assert replicas(first) == [2]
+    assert writer.known == [digest(o) for o in first + writer.applied]
 
 
 def test_what_the_objects_are_rendered_from_renders_them_again(renders: list[int]) -> None:
@@ -138,3 +143,4 @@ def test_what_the_objects_are_rendered_from_renders_them_again(renders: list[int
     (deployment,) = [o for o in writer.applied if o["metadata"]["name"] == "chat-l4"]
     images = [c["image"] for c in deployment["spec"]["template"]["spec"]["containers"]]
     assert "vllm/vllm-openai:next" in images
+    assert writer.known[-len(writer.applied) :] == [digest(o) for o in writer.applied]

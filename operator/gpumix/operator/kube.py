@@ -45,11 +45,12 @@ class Applied:
         meta = obj["metadata"]
         return obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"]
 
-    def unchanged(self, obj: dict[str, Any]) -> bool:
-        return self._digests.get(self.ref(obj)) == digest(obj)
+    def unchanged(self, obj: dict[str, Any], known: str | None = None) -> bool:
+        """Whether ``obj`` (of digest ``known`` when the caller holds it) was last applied."""
+        return self._digests.get(self.ref(obj)) == (known or digest(obj))
 
-    def record(self, obj: dict[str, Any]) -> None:
-        self._digests[self.ref(obj)] = digest(obj)
+    def record(self, obj: dict[str, Any], known: str | None = None) -> None:
+        self._digests[self.ref(obj)] = known or digest(obj)
 
     def forget(self, ref: ObjectRef) -> None:
         self._digests.pop(ref, None)
@@ -74,11 +75,13 @@ class KubeWriter:
         self.sent = 0
         """Writes sent so far (what the planner's pass log reports)."""
 
-    def apply(self, obj: dict[str, Any]) -> bool:
+    def apply(self, obj: dict[str, Any], known: str | None = None) -> bool:
         """Server-side apply with our field manager; skipped when identical to our last apply
-        (a restart re-applies once, which the apiserver treats as a no-op)."""
+        (a restart re-applies once, which the apiserver treats as a no-op). ``known``: the
+        object's digest when the caller holds it (the planner keeps its rendered objects'),
+        so that an unchanged object is not serialised again to be found unchanged."""
         self._before("apply")
-        if self._applied.unchanged(obj):
+        if self._applied.unchanged(obj, known):
             return False
         self._count("apply")
         resource = self._resource(obj["apiVersion"], obj["kind"])
@@ -89,12 +92,13 @@ class KubeWriter:
             field_manager=FIELD_MANAGER,
             force_conflicts=True,
         )
-        self._applied.record(obj)
+        self._applied.record(obj, known)
         return True
 
-    def remember(self, obj: dict[str, Any]) -> None:
-        """Take ``obj`` as applied already (status says so): :meth:`apply` skips it unchanged."""
-        self._applied.record(obj)
+    def remember(self, obj: dict[str, Any], known: str | None = None) -> None:
+        """Take ``obj`` (of digest ``known``, when held) as applied already (status says so):
+        :meth:`apply` skips it unchanged."""
+        self._applied.record(obj, known)
 
     def _before(self, verb: str) -> None:
         if self._guard is not None:

@@ -111,6 +111,8 @@ class _Rendered:
     service: LLMService
     owner: Owner
     objects: list[dict[str, Any]]
+    digests: list[str]
+    """Each object's, in order (the writer's "unchanged since my last apply" check)."""
     digest: str
 
 
@@ -394,10 +396,11 @@ class Planner:
             for o in objects
             if o["kind"] == "Deployment"
         )
+        pairs = list(zip(objects, rendered.digests, strict=True))
         if present and applied == (body.get("status") or {}).get(DIGEST_FIELD):
-            for obj in objects:
-                self.writer.remember(obj)
-        failed = [obj for obj in objects if not self._guard("apply", self.writer.apply, obj)]
+            for obj, known in pairs:
+                self.writer.remember(obj, known)
+        failed = [o for o, d in pairs if not self._guard("apply", self.writer.apply, o, d)]
         for deployment in sd.delete:
             self._guard("delete", self.writer.delete, "apps/v1", "Deployment", ns, deployment)
         deployed, picker = router is not None, is_picker(router)
@@ -447,7 +450,7 @@ class Planner:
         )
         rendered = _Rendered(
             inputs=copy.deepcopy(inputs), service=service, owner=owner, objects=objects,
-            digest=digest(objects),
+            digests=[digest(o) for o in objects], digest=digest(objects),
         )  # fmt: skip
         self._rendered[key] = rendered
         return rendered
