@@ -531,6 +531,21 @@ def _proc_stats(pid: int) -> tuple[float, float, float]:
     return mb["VmHWM"], mb["VmRSS"], (int(fields[11]) + int(fields[12])) / ticks
 
 
+def _children_stats(pid: int) -> tuple[float, float]:
+    """(summed peak RSS in MB, summed CPU seconds) of ``pid``'s child processes (its simulation
+    workers and their resource tracker), from /proc; the RSS is an upper bound of what they
+    held at once."""
+    rss = cpu = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                peak, _, used = _proc_stats(int(stat.parent.name))
+                rss, cpu = rss + peak, cpu + used
+        except (OSError, ValueError, KeyError):
+            continue  # it ended while being read
+    return rss, cpu
+
+
 def _requests(api: Any) -> dict[str, float]:
     """apiserver_request_total summed by (verb, resource), from the apiserver's /metrics."""
     text = api.get("/metrics")["raw"]
@@ -819,6 +834,7 @@ def live(
             after = {n: b for n, b in _planned(api, ns).items() if n != name}
             change_others.append(_changed_fields(others, after))
         rss, rss_now, cpu = sample()
+        workers_rss, workers_cpu = _children_stats(operator.pid)
         passes = _operator_metric(port, "gpumix_planner_pass_seconds")
         stages = _operator_metric(port, "gpumix_planner_stage_seconds_sum")
         total_req = _delta(_requests(api), before)
@@ -854,6 +870,8 @@ def live(
             "change_to_applied_p99_s": _quantile(latencies, 0.99),
             "operator_peak_rss_mb": round(rss, 1),
             "operator_rss_after_changes_mb": round(rss_now, 1),
+            "simulation_workers_peak_rss_mb": round(workers_rss, 1),
+            "simulation_workers_cpu_s": round(workers_cpu, 1),
             "malloc_arena_max": malloc_arena_max or None,
             "operator_cpu_s": round(cpu, 1),
             "passes": {k: v for k, v in passes.items() if k.endswith(("_count", "_sum"))},
@@ -897,7 +915,9 @@ def print_live(r: dict[str, Any]) -> None:
           f"({r['change_to_applied_s']})")  # fmt: skip
     print(f"  operator peak RSS {r['operator_peak_rss_mb']} MB (after the changes "
           f"{r['operator_rss_after_changes_mb']} MB; MALLOC_ARENA_MAX "
-          f"{r['malloc_arena_max'] or 'unset'}), CPU {r['operator_cpu_s']} s")  # fmt: skip
+          f"{r['malloc_arena_max'] or 'unset'}), CPU {r['operator_cpu_s']} s; its simulation "
+          f"workers' peak RSS {r['simulation_workers_peak_rss_mb']} MB, CPU "
+          f"{r['simulation_workers_cpu_s']} s")  # fmt: skip
     print(f"  pass stages (s, summed): {r['pass_stage_seconds']}")
     print(f"  restarted: first pass {r['restart_first_pass_s']} s after the start; writes "
           f"until 30 s after it: {r['restart_writes'] or 'none'}; peak RSS "
