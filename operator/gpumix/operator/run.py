@@ -98,7 +98,7 @@ async def _main(
     start_http_server(args.metrics_port, addr=args.bind)
     if elector is not None and not await _until_leading(args, elector):
         return
-    await asyncio.to_thread(workers.start, args.simulation_processes)  # only the leader plans
+    workers.start(args.simulation_processes)  # only the leader plans
     tasks = [
         asyncio.create_task(
             kopf.operator(

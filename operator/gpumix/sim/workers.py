@@ -44,8 +44,8 @@ class _Workers:
         with self._lock:
             self.count = count
             self._pool = pool = self._new()
-        for ready in [pool.submit(_ready) for _ in range(count)]:
-            ready.result()
+        for _ in range(count):
+            pool.submit(_ready)  # not waited for: the operator starts planning meanwhile
 
     def stop(self) -> None:
         with self._lock:
@@ -88,7 +88,8 @@ _WORKERS = _Workers()
 
 def start(processes: int) -> None:
     """Run up to ``processes`` simulations at once: ``processes - 1`` workers beside this
-    process (none for 1). Their imports are done here, not in the first prediction."""
+    process (none for 1). They import what a prediction runs at once, not in the first one
+    (2-3 s); this returns without waiting for that."""
     _WORKERS.start(processes - 1)
 
 
