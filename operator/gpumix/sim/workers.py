@@ -56,9 +56,11 @@ class _Workers:
     def side_by_side(self, run: Callable[[T], R], items: Sequence[T]) -> list[R]:
         with self._lock:
             pool = self._pool
-        away: list[Future[R]] = [pool.submit(run, item) for item in items[1:]] if pool else []
-        results = [run(item) for item in items[: len(items) - len(away)]]
-        for item, future in zip(items[len(items) - len(away) :], away, strict=True):
+        if pool is None:
+            return [run(item) for item in items]
+        away: list[Future[R]] = [pool.submit(run, item) for item in items[1:]]
+        results = [run(item) for item in items[:1]]
+        for item, future in zip(items[1:], away, strict=True):
             try:
                 results.append(future.result())
             except BrokenProcessPool:
@@ -67,12 +69,11 @@ class _Workers:
                 results.append(run(item))
         return results
 
-    def _replace(self, broken: ProcessPoolExecutor | None) -> None:
+    def _replace(self, broken: ProcessPoolExecutor) -> None:
         with self._lock:
-            if broken is not None and self._pool is broken:
+            if self._pool is broken:
                 self._pool = self._new()
-        if broken is not None:
-            broken.shutdown(wait=False, cancel_futures=True)
+        broken.shutdown(wait=False, cancel_futures=True)
 
     def _new(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(
