@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from gpumix.api import GPUPool, LLMService
+from gpumix.manifests import load_objects
+from gpumix.problem import PoolChoice
+from gpumix.render.deployment import render_deployment
+from gpumix.render.names import Owner
 from gpumix_e2e import KubeTarget
-from gpumix_testcluster import GPU_CLASS_LABEL, GPU_RESOURCE, GPU_TAINT, wait_for
+from gpumix_testcluster import GPU_CLASS_LABEL, GPU_RESOURCE, GPU_TAINT, GpuPool, wait_for
 
 pytestmark = pytest.mark.e2e
 
+SAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "samples"
 A100_PRODUCT = "NVIDIA-A100-SXM4-80GB"
 GPU_TOLERATION = {
     "key": GPU_TAINT["key"],
@@ -182,3 +190,68 @@ def test_gpu_nodes_renew_their_leases(kube: KubeTarget) -> None:
         assert spec.lease_duration_seconds > 0
     # KWOK renews at a fraction of the 40 s lease duration.
     wait_for("every node Lease renewed", all_renewed, timeout=45, interval=1)
+
+
+def _rendered(
+    namespace: str, service: str, pool: GPUPool, gpus: int, replicas: int
+) -> dict[str, Any]:
+    """The Deployment gpumix renders for ``service`` (the chat sample's spec) on ``pool``, without
+    its owner reference: no LLMService owns it here, and the garbage collector would delete it."""
+    (sample,) = [o for o in load_objects([SAMPLES / "chat.yaml"]) if isinstance(o, LLMService)]
+    owner = Owner(name=service, namespace=namespace, uid=str(uuid.uuid4()))
+    choice = PoolChoice(pool=pool.name, gpu_type="a40", gpus_per_replica=gpus,
+                        price_per_gpu_hour=1.0, profile="a40")  # fmt: skip
+    body = render_deployment(owner, sample.spec, pool, choice, replicas)
+    del body["metadata"]["ownerReferences"]
+    return body
+
+
+def test_a_full_pool_of_four_gpu_nodes_places_one_and_two_gpu_replicas(
+    kube: KubeTarget, namespace: str
+) -> None:
+    """Three 4-GPU nodes, three 1-GPU replicas placed first, then four 2-GPU ones: 11 of 12 GPUs,
+    which fit only if the 1-GPU pods share a node. The scheduler's default scoring spreads them
+    one per node, leaving 3 free GPUs on each and room for three 2-GPU pods, not four; the
+    packing affinity gpumix renders (`packing_affinity`) keeps them together."""
+    if kube.cluster is None:
+        pytest.skip("adding KWOK nodes needs the local hack/ cluster (not --kube-context)")
+    suffix = uuid.uuid4().hex[:6]
+    nodes = GpuPool(name=f"pack-{suffix}", gpu_class=f"pack-{suffix}", product="NVIDIA-A40",
+                    gpus_per_node=4, gpu_memory_mib=46068, nodes=3, instance_type="g-a40x4",
+                    cpu="64", memory="256Gi")  # fmt: skip
+    pool = GPUPool.model_validate({
+        "kind": "GPUPool", "metadata": {"name": "a40"},
+        "spec": {"gpuType": "a40", "nodeSelector": {GPU_CLASS_LABEL: nodes.gpu_class}},
+    })  # fmt: skip
+    added = kube.cluster.add_gpu_nodes(nodes, 3)
+    try:
+        core = client.CoreV1Api(kube.api_client)
+
+        def placed(selector: str, count: int) -> dict[str, str] | None:
+            items = core.list_namespaced_pod(namespace, label_selector=selector).items
+            bound = {p.metadata.name: p.spec.node_name for p in items if p.spec.node_name}
+            return bound if len(bound) == count else None
+
+        kube.apply(_rendered(namespace, "small", pool, 1, 3))
+        small = wait_for("three 1-GPU pods bound", lambda: placed("gpumix.io/service=small", 3),
+                         timeout=90, interval=0.5)  # fmt: skip
+        kube.apply(_rendered(namespace, "large", pool, 2, 4))
+
+        def large_settled() -> dict[str, str] | None:
+            items = core.list_namespaced_pod(
+                namespace, label_selector="gpumix.io/service=large"
+            ).items
+            unschedulable = [
+                p.metadata.name
+                for p in items
+                for c in p.status.conditions or []
+                if c.type == "PodScheduled" and c.reason == "Unschedulable"
+            ]
+            assert not unschedulable, (unschedulable, small)
+            return placed("gpumix.io/service=large", 4)
+
+        large = wait_for("four 2-GPU pods bound", large_settled, timeout=90, interval=0.5)
+        assert len(set(small.values())) == 1, small  # the 1-GPU pods share one node
+        assert set(small.values()) | set(large.values()) == set(added)
+    finally:
+        kube.cluster.delete_gpu_nodes(added)

@@ -13,6 +13,8 @@ from gpumix.profiles.shape import ModelShape
 from gpumix.profiles.vllm import engine_args, for_workload
 from gpumix.render.cache import with_cache
 from gpumix.render.names import (
+    ENGINE_LABELS,
+    TP_LABEL,
     Owner,
     deployment_name,
     labels_for,
@@ -41,6 +43,39 @@ SCRAPE_ANNOTATIONS = {
 PROGRESS_DEADLINE_SECONDS = 1800
 """Image pull (tens of GiB) plus model load (the startup probe's 10 min) exceed the default 600 s
 after which the Deployment reports ``Progressing=False``."""
+
+
+PACKING_WEIGHT = 100
+"""The largest weight a preferred scheduling term takes: enough to outweigh the scheduler's default
+scoring, which spreads pods (system-default topology spread, least-allocated nodes)."""
+
+
+def packing_affinity(gpus_per_replica: int) -> dict[str, Any]:
+    """A preferred pod affinity toward nodes that already run gpumix's vLLM pods of the same size
+    (any service, any namespace).
+
+    The plan counts a pool's free GPUs as one sum, and a k-GPU replica needs k of them on one
+    node. Left to its default scoring, the scheduler spreads pods, so scattered 1-GPU pods leave
+    no node with k free while the pool's sum says there is room. Pods of one size packed together
+    fill nodes whole; when every size divides the node's GPU count (1, 2, 4 on 4- or 8-GPU
+    nodes), the partly filled nodes are about one per size and a full plan still places."""
+    size = (
+        {"key": TP_LABEL, "operator": "In", "values": [str(gpus_per_replica)]}
+        if gpus_per_replica != 1
+        else {"key": TP_LABEL, "operator": "DoesNotExist"}  # see TP_LABEL: unset on 1-GPU pods
+    )
+    same_size = {
+        "labelSelector": {"matchExpressions": [size], "matchLabels": dict(ENGINE_LABELS)},
+        "namespaceSelector": {},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    return {
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"podAffinityTerm": same_size, "weight": PACKING_WEIGHT}
+            ]
+        }
+    }
 
 
 def toleration_dict(toleration: Toleration) -> dict[str, str]:
@@ -127,6 +162,7 @@ def render_deployment(
             "labels": dict(labels),  # a copy: no aliasing between the two label maps
         },
         "spec": {
+            "affinity": packing_affinity(gpus),
             "containers": [_container(spec, gpus, shape)],
             # Service links would inject VLLM_PORT=tcp://… into the pod for a Service named
             # "vllm", which vLLM reads as its own port setting and fails on.

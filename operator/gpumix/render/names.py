@@ -166,6 +166,14 @@ def _app_labels(service: str, name: str, component: str) -> dict[str, str]:
     }
 
 
+ENGINE_LABELS = {
+    key: value
+    for key, value in _app_labels("", "vllm", "server").items()
+    if key != "app.kubernetes.io/instance"
+}
+"""The labels the vLLM pods of every service share: they select the engines of all services."""
+
+
 def labels_for(service: str, pool: str | None = None, gpus_per_replica: int = 1) -> dict[str, str]:
     """The standard ``app.kubernetes.io/*`` labels plus gpumix's own selector labels.
 

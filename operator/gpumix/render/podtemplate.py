@@ -6,7 +6,9 @@ The rules, in the order a reader meets the fields (README "Serving a gated model
   the pods). Annotations: added; the user's win (e.g. to turn Prometheus scraping off).
 - node selector: added; a key the pool sets keeps the pool's value (:func:`template_conflicts`
   names it). Tolerations, volumes, image pull secrets: added after gpumix's.
-- service account, priority class, affinity: the user's (gpumix sets none).
+- service account, priority class: the user's (gpumix sets none). Affinity: the user's, with
+  gpumix's preferred pod affinity terms added after the user's (they pack pods of one replica size
+  onto the same nodes: `gpumix.render.deployment.packing_affinity`).
 - the first container (vLLM's): env added after gpumix's, a name both set is the user's; envFrom
   and volume mounts added; CPU, memory and other resources the user's, ``nvidia.com/gpu`` gpumix's
   (the schema refuses it in the template). Name, image, args and port are not in the template.
@@ -43,6 +45,18 @@ def _container(ours: dict[str, Any], patch: ContainerPatch) -> dict[str, Any]:
     return out
 
 
+def _affinity(ours: dict[str, Any], user: dict[str, Any] | None) -> dict[str, Any]:
+    """The user's affinity plus our preferred pod affinity terms (a user's term and ours weigh
+    as their weights say; the scheduler adds them up)."""
+    if not user:
+        return ours
+    key = "preferredDuringSchedulingIgnoredDuringExecution"
+    theirs = user.get("podAffinity") or {}
+    preferred = list(theirs.get(key) or [])
+    preferred += [t for t in ours.get("podAffinity", {}).get(key, []) if t not in preferred]
+    return {**user, "podAffinity": {**theirs, key: preferred}}
+
+
 def apply_template(pod: dict[str, Any], template: PodTemplate | None) -> dict[str, Any]:
     """``pod`` (a pod template: ``metadata`` and ``spec``, the main container first) with
     ``template`` merged in by the rules above; a new dict, ``pod`` is left as it was."""
@@ -67,7 +81,7 @@ def apply_template(pod: dict[str, Any], template: PodTemplate | None) -> dict[st
         "imagePullSecrets": _dump(user.image_pull_secrets),
         "serviceAccountName": user.service_account_name,
         "priorityClassName": user.priority_class_name,
-        "affinity": user.affinity,
+        "affinity": _affinity(spec.get("affinity", {}), user.affinity),
     }
     merged_spec = {
         **spec,

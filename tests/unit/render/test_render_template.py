@@ -42,6 +42,63 @@ def test_the_users_annotations_and_env_win(inputs: Inputs) -> None:
     assert len(tolerations) == 3  # the pool's two, plus the template's one that is new
 
 
+def test_the_users_affinity_keeps_gpumixs_packing_term(inputs: Inputs) -> None:
+    """A user's pod affinity terms come first, gpumix's packing term is added after them, and
+    the rest of the user's affinity is left as written."""
+    i = inputs
+    theirs = {
+        "weight": 10,
+        "podAffinityTerm": {
+            "topologyKey": "topology.kubernetes.io/zone",
+            "labelSelector": {"matchLabels": {"app": "cache"}},
+        },
+    }
+    required = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "cloud.example/spot", "operator": "In", "values": ["false"]}
+    ]}]}  # fmt: skip
+    template = PodTemplate.model_validate({"spec": {"affinity": {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required},
+        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [theirs]},
+    }}})  # fmt: skip
+    spec = i.spec.model_copy(update={"template": template})
+    bare = render_deployment(i.owner, i.spec, i.l4, i.choices["l4"], 1)
+    ours = bare["spec"]["template"]["spec"]["affinity"]["podAffinity"]
+    (packing,) = ours["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert packing["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    affinity = render_deployment(i.owner, spec, i.l4, i.choices["l4"], 1)["spec"]["template"][
+        "spec"
+    ]["affinity"]
+    assert affinity["nodeAffinity"] == {"requiredDuringSchedulingIgnoredDuringExecution": required}
+    assert affinity["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == [
+        theirs,
+        packing,
+    ]
+
+
+def test_pods_pack_with_engines_of_their_own_size_only(inputs: Inputs) -> None:
+    """The packing term selects gpumix's vLLM pods of the replica's size in every namespace:
+    1-GPU pods (no size label) and 2-GPU pods each look for their own kind."""
+    i = inputs
+
+    def term(rendered: dict[str, Any]) -> dict[str, Any]:
+        pod = rendered["spec"]["template"]["spec"]
+        (pref,) = pod["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        return dict(pref["podAffinityTerm"])
+
+    one = term(render_deployment(i.owner, i.spec, i.l4, i.choices["l4"], 1))
+    two = term(render_deployment(i.owner, i.spec, i.a100, i.choices["a100-80gb"], 1))
+    assert one["namespaceSelector"] == {} and two["namespaceSelector"] == {}
+    assert one["labelSelector"]["matchExpressions"] == [
+        {"key": "gpumix.io/gpus-per-replica", "operator": "DoesNotExist"}
+    ]
+    assert two["labelSelector"]["matchExpressions"] == [
+        {"key": "gpumix.io/gpus-per-replica", "operator": "In", "values": ["2"]}
+    ]
+    for selector in (one["labelSelector"]["matchLabels"], two["labelSelector"]["matchLabels"]):
+        assert selector["app.kubernetes.io/name"] == "vllm"
+        assert "gpumix.io/service" not in selector  # every service's engines, not one's
+
+
 def test_no_template_renders_what_gpumix_alone_renders(inputs: Inputs) -> None:
     i = inputs
     spec = i.spec.model_copy(update={"template": PodTemplate()})
