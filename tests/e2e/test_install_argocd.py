@@ -86,6 +86,7 @@ def test_cases_cover_every_ready_reason() -> None:
     want = {
         "Serving": "Healthy",
         "RollingOut": "Progressing",
+        "Unschedulable": "Progressing",
         "InvalidSpec": "Degraded",
         "Unservable": "Degraded",
         "InsufficientCapacity": "Degraded",

@@ -79,17 +79,47 @@ def stranded_pods(
     return out
 
 
+def unschedulable_pods(pods: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
+    """Pods of gpumix's engine Deployments the scheduler could not place, per (namespace,
+    service, option): how many, and the scheduler's reason for the first by name (``0/12 nodes
+    are available: 3 Insufficient nvidia.com/gpu``). A plan the pool's GPU count holds can still
+    leave a k-GPU replica without k free GPUs on any one node; the service's status says so
+    rather than wait, silently, in ``RollingOut``."""
+    found: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
+    for body in pods:
+        meta, spec = body.get("metadata", {}), body.get("spec") or {}
+        labels = meta.get("labels") or {}
+        service = labels.get(SERVICE_LABEL)
+        if not service or POOL_LABEL not in labels or spec.get("nodeName"):
+            continue
+        if meta.get("deletionTimestamp"):
+            continue
+        for cond in (body.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
+                key = (meta.get("namespace", ""), service, _option(labels))
+                found.setdefault(key, []).append((meta.get("name", ""), cond.get("message", "")))
+    out = {}
+    for key, named in found.items():
+        _, message = min(named)
+        pods_ = "1 pod" if len(named) == 1 else f"{len(named)} pods"
+        out[key] = f"{pods_} unschedulable: {message.strip()}" if message else pods_
+    return out
+
+
 def running_services(
     deployments: Iterable[dict[str, Any]],
     pods: Iterable[dict[str, Any]] = (),
     nodes: Collection[str] | None = None,
 ) -> dict[tuple[str, str], Running]:
-    """(namespace, service) → replicas, available replicas, GPUs per replica and Deployment name,
-    per option (:func:`gpumix.problem.option_key`: the pool, plus ``-tp<k>`` for k-GPU replicas).
+    """(namespace, service) → replicas, available replicas, GPUs per replica, Deployment name and
+    unschedulable pods (:func:`unschedulable_pods`), per option (:func:`gpumix.problem.option_key`:
+    the pool, plus ``-tp<k>`` for k-GPU replicas).
     Given the cluster's `pods` and `nodes` (names), pods on nodes that are gone do not count as
     available (:func:`stranded_pods`).
     """
+    pods = list(pods)
     stranded = stranded_pods(pods, nodes) if nodes is not None else {}
+    unschedulable = unschedulable_pods(pods)
     acc: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for body in deployments:
         meta = body.get("metadata", {})
@@ -99,7 +129,8 @@ def running_services(
             continue
         spec = body.get("spec") or {}
         entry = acc.setdefault((meta.get("namespace", ""), service), {
-            "replicas": {}, "ready": {}, "gpus_per_replica": {}, "names": {}})  # fmt: skip
+            "replicas": {}, "ready": {}, "gpus_per_replica": {}, "names": {},
+            "unschedulable": {}})  # fmt: skip
         key = _option(labels)
         entry["replicas"][key] = int(spec.get("replicas", 1))
         available = int((body.get("status") or {}).get("availableReplicas") or 0)
@@ -108,6 +139,9 @@ def running_services(
         template = (spec.get("template") or {}).get("spec") or {}
         entry["gpus_per_replica"][key] = pod_spec_gpus(template) or 1
         entry["names"][key] = meta.get("name", "")
+        why = unschedulable.get((meta.get("namespace", ""), service, key))
+        if why is not None:
+            entry["unschedulable"][key] = why
     return {key: Running.model_validate(v) for key, v in acc.items()}
 
 

@@ -51,6 +51,8 @@ from gpumix.reconcile.rollout import summary
 
 COST_TOLERANCE = 1e-6
 SLO_AT_RISK = "SLOAtRisk"
+UNSCHEDULABLE = "Unschedulable"
+"""Ready's reason while pods of the plan wait for the scheduler, which cannot place them."""
 PREDICTIONS_KEPT = 4096
 """Predictions cached (by digest of their inputs): several per service of a 500-service fleet.
 With fewer entries than services a pass evicts what the next one needs and every pass
@@ -75,6 +77,8 @@ class Running(BaseModel):
     gpus_per_replica: dict[str, int] = {}
     names: dict[str, str] = {}
     """Option → the Deployment's name (what to delete when the option is dropped)."""
+    unschedulable: dict[str, str] = {}
+    """Option → its pods the scheduler could not place, and why (`gpumix.reconcile.digest`)."""
 
     def gpus(self) -> dict[str, int]:
         """GPUs per pool these Deployments hold (or will, once scheduled)."""
@@ -436,6 +440,11 @@ def decide_planned(
         seen = previous is not None and previous.unserved_reason == status.unserved_reason
         if not seen:
             events.append(EventSpec(type="Warning", reason="InsufficientCapacity", message=message))
+    ready = condition(status.conditions, "Ready")
+    was_ready = condition(previous.conditions, "Ready") if previous else None
+    newly = was_ready is None or was_ready.reason != UNSCHEDULABLE
+    if ready and ready.reason == UNSCHEDULABLE and newly:  # once, not every pass
+        events.append(EventSpec(type="Warning", reason=UNSCHEDULABLE, message=ready.message))
     risk = condition(status.conditions, SLO_AT_RISK)
     was = condition(previous.conditions, SLO_AT_RISK) if previous else None
     if risk and risk.status == ConditionStatus.TRUE and not (was and was.status == risk.status):
@@ -542,6 +551,11 @@ def _status(
     if unserved:
         setc("Ready", ConditionStatus.FALSE, "InsufficientCapacity",
              status_message_unserved(allocation_result))  # fmt: skip
+    elif stuck := [
+        f"{p}: {why}" for p, why in sorted(running.unschedulable.items()) if p in run_target
+    ]:
+        setc("Ready", ConditionStatus.FALSE, UNSCHEDULABLE,
+             "waiting for " + ", ".join(waiting) + "; " + "; ".join(stuck))  # fmt: skip
     elif waiting:
         setc("Ready", ConditionStatus.FALSE, "RollingOut", "waiting for " + ", ".join(waiting))
     else:

@@ -89,6 +89,32 @@ def test_ready_once_every_replica_is_available() -> None:
     assert again.events == []  # nothing changed, nothing to announce
 
 
+def test_a_replica_the_scheduler_cannot_place_is_named_once() -> None:
+    """Pods of the plan that the scheduler cannot place turn Ready to Unschedulable with its
+    reason, and a Warning event says so once, not every pass."""
+    first = plan_cluster(snap(services=[service("chat", 5.5, "t0")])).services[KEY]
+    assert first.target is not None
+    live = {p: n for p, n in first.target.items() if n}
+    option = sorted(live)[0]
+    why = "1 pod unschedulable: 0/13 nodes are available: 13 Insufficient nvidia.com/gpu."
+    short = {**live, option: live[option] - 1}
+    running = Running(replicas=live, ready=short, unschedulable={option: why})
+    body = service("chat", 5.5, "t0")
+    body["status"] = first.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    stuck = plan_cluster(snap(services=[body], running={KEY: running})).services[KEY]
+    status, reason, message = cond(stuck.status, "Ready")
+    assert (status, reason) == ("False", "Unschedulable")
+    assert f"{option} {live[option] - 1}/{live[option]} ready" in message
+    assert message.endswith(f"; {option}: {why}")
+    assert [(e.type, e.reason, e.message) for e in stuck.events] == [
+        ("Warning", "Unschedulable", message)
+    ]
+    body["status"] = stuck.status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    again = plan_cluster(snap(services=[body], running={KEY: running})).services[KEY]
+    assert cond(again.status, "Ready")[:2] == ("False", "Unschedulable")
+    assert again.events == []
+
+
 def test_second_service_that_does_not_fit_is_partially_served_and_says_why() -> None:
     # Only two A10G and two L4 GPUs exist, and no profile lets anything else in.
     small = snap(nodes=nodes({"l4": 2, "a10g": 2}), pools=pools()[:2])

@@ -2,7 +2,8 @@
 -- writes: observedGeneration and the Ready condition (reasons in gpumix.reconcile).
 --   Healthy      the operator has seen this generation and Ready is True (Serving)
 --   Progressing  no status yet, an older generation observed, Ready missing or Unknown,
---                or Ready False with reason RollingOut (new replicas starting)
+--                or Ready False with reason RollingOut (new replicas starting) or
+--                Unschedulable (pods wait for room on a node: an autoscaler adds one)
 --   Degraded     Ready False for any other reason: InvalidSpec, Unservable,
 --                InsufficientCapacity, NoUsablePool, SolverFailed (the last good plan, if
 --                any, keeps serving; the message says what to fix)
@@ -39,7 +40,7 @@ if ready.reason ~= nil then
 end
 if ready.status == "True" then
   hs.status = "Healthy"
-elseif ready.reason == "RollingOut" then
+elseif ready.reason == "RollingOut" or ready.reason == "Unschedulable" then
   hs.status = "Progressing"
 else
   hs.status = "Degraded"
