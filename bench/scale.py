@@ -596,20 +596,44 @@ def _settle(port: int, api: Any, namespace: str, timeout_s: float = 600.0) -> fl
                 return round(time.perf_counter() - start, 1)
             mark = writes if _rolled_out(api, namespace) else None
         passes = now_passes
-    raise RuntimeError(f"the operator still wrote after {timeout_s:.0f} s")
+    behind, unplaced = _behind(api, namespace), _unplaced(api, namespace)
+    raise RuntimeError(
+        f"not settled after {timeout_s:.0f} s: {len(behind)} Deployments not rolled out "
+        f"{behind[:10]}; {len(unplaced)} pods unschedulable {unplaced[:5]}"
+        if behind
+        else f"the operator still wrote after {timeout_s:.0f} s"
+    )
 
 
 def _rolled_out(api: Any, namespace: str) -> bool:
     """Every Deployment's replicas, the engines' and the routers', are up to date and
     available, none more or fewer (a router's first ready pod changes its service's objects)."""
+    return not _behind(api, namespace)
+
+
+def _behind(api: Any, namespace: str) -> list[str]:
+    """The Deployments not rolled out (:func:`_rolled_out`), each with its replicas wanted,
+    current, up to date and available."""
     items = api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments")["items"]
-    return all(
-        (st := i.get("status") or {}).get("replicas", 0)
-        == st.get("updatedReplicas", 0)
-        == st.get("availableReplicas", 0)
-        == i["spec"].get("replicas", 0)
+    out = []
+    for i in items:
+        st, want = i.get("status") or {}, i["spec"].get("replicas", 0)
+        seen = [st.get(k, 0) for k in ("replicas", "updatedReplicas", "availableReplicas")]
+        if seen != [want] * 3:
+            out.append(f"{i['metadata']['name']} (wanted {want}, current/updated/available "
+                       f"{'/'.join(map(str, seen))})")  # fmt: skip
+    return out
+
+
+def _unplaced(api: Any, namespace: str) -> list[str]:
+    """Pods the scheduler could not place, with its reason."""
+    items = api.get(f"/api/v1/namespaces/{namespace}/pods?fieldSelector=spec.nodeName%3D")["items"]
+    return [
+        f"{i['metadata']['name']}: {c.get('message', '')}"
         for i in items
-    )
+        for c in (i.get("status") or {}).get("conditions") or []
+        if c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+    ]
 
 
 def _operator_metric_or_none(port: int, name: str) -> dict[str, float] | None:
