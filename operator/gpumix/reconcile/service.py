@@ -544,6 +544,11 @@ def _status(
         nonlocal conds
         conds = set_condition(conds, type_, status, reason, message, generation=generation, now=now)
 
+    # Pods of the plan the scheduler cannot place, while its replicas are short: a surge pod with
+    # no room (a template change in a full pool) leaves the old ones serving; the rollout waits.
+    stuck = [
+        f"{p}: {why}" for p, why in sorted(running.unschedulable.items()) if p in run_target
+    ] if waiting else []  # fmt: skip
     left_out = f"; pools left out: {excluded}" if excluded else ""
     setc("Planned", ConditionStatus.TRUE, "PlanComputed",
          f"{summary(target)} for {cost:.2f} $/h{left_out}")  # fmt: skip
@@ -551,9 +556,7 @@ def _status(
     if unserved:
         setc("Ready", ConditionStatus.FALSE, "InsufficientCapacity",
              status_message_unserved(allocation_result))  # fmt: skip
-    elif stuck := [
-        f"{p}: {why}" for p, why in sorted(running.unschedulable.items()) if p in run_target
-    ]:
+    elif stuck:
         setc("Ready", ConditionStatus.FALSE, UNSCHEDULABLE,
              "waiting for " + ", ".join(waiting) + "; " + "; ".join(stuck))  # fmt: skip
     elif waiting:

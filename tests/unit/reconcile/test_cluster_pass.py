@@ -113,6 +113,11 @@ def test_a_replica_the_scheduler_cannot_place_is_named_once() -> None:
     again = plan_cluster(snap(services=[body], running={KEY: running})).services[KEY]
     assert cond(again.status, "Ready")[:2] == ("False", "Unschedulable")
     assert again.events == []
+    # All the plan's replicas ready, a surge pod with no room (a template change in a full
+    # pool): the service serves as planned, and stays Ready.
+    surge = Running(replicas=live, ready=live, unschedulable={option: why})
+    serving = plan_cluster(snap(services=[body], running={KEY: surge})).services[KEY]
+    assert cond(serving.status, "Ready")[:2] == ("True", "Serving")
 
 
 def test_second_service_that_does_not_fit_is_partially_served_and_says_why() -> None:
