@@ -56,47 +56,53 @@ def _option(labels: dict[str, str]) -> str:
     return option_key(labels.get(POOL_LABEL, ""), _quantity(labels.get(TP_LABEL, "1")) or 1)
 
 
-def stranded_pods(
-    pods: Iterable[dict[str, Any]], nodes: Collection[str]
-) -> dict[tuple[str, str, str], int]:
+PodKey = tuple[str, str, str]
+"""(namespace, service, option) of a pod of gpumix's engine Deployments."""
+
+
+def _engine_pod(meta: dict[str, Any]) -> PodKey | None:
+    """The pod's :data:`PodKey` when it is one of gpumix's engine pods (service and pool
+    labels), else ``None``."""
+    labels = meta.get("labels") or {}
+    service = labels.get(SERVICE_LABEL)
+    if not service or POOL_LABEL not in labels:
+        return None
+    return meta.get("namespace", ""), service, _option(labels)
+
+
+def stranded_pods(pods: Iterable[dict[str, Any]], nodes: Collection[str]) -> dict[PodKey, int]:
     """Ready pods of gpumix's engine Deployments bound to a node that no longer exists, per
     (namespace, service, option). Their Deployment still counts them available — no kubelet is
     left to say otherwise, and pod GC deletes them only after its 40 s quarantine — but they
     serve nothing: make-before-break must not count them (found by tests/e2e/test_chaos.py: a
     node deleted mid-rollout let the old pool go while the new one served one replica short)."""
-    out: dict[tuple[str, str, str], int] = {}
+    out: dict[PodKey, int] = {}
     for body in pods:
         meta, spec = body.get("metadata", {}), body.get("spec") or {}
-        labels = meta.get("labels") or {}
-        node, service = spec.get("nodeName"), labels.get(SERVICE_LABEL)
-        if not service or POOL_LABEL not in labels or not node or node in nodes:
+        key, node = _engine_pod(meta), spec.get("nodeName")
+        if key is None or not node or node in nodes:
             continue
         conditions = (body.get("status") or {}).get("conditions") or []
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
         if ready and not meta.get("deletionTimestamp"):
-            key = (meta.get("namespace", ""), service, _option(labels))
             out[key] = out.get(key, 0) + 1
     return out
 
 
-def unschedulable_pods(pods: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str], str]:
+def unschedulable_pods(pods: Iterable[dict[str, Any]]) -> dict[PodKey, str]:
     """Pods of gpumix's engine Deployments the scheduler could not place, per (namespace,
     service, option): how many, and the scheduler's reason for the first by name (``0/12 nodes
     are available: 3 Insufficient nvidia.com/gpu``). A plan the pool's GPU count holds can still
     leave a k-GPU replica without k free GPUs on any one node; the service's status says so
     rather than wait, silently, in ``RollingOut``."""
-    found: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
+    found: dict[PodKey, list[tuple[str, str]]] = {}
     for body in pods:
         meta, spec = body.get("metadata", {}), body.get("spec") or {}
-        labels = meta.get("labels") or {}
-        service = labels.get(SERVICE_LABEL)
-        if not service or POOL_LABEL not in labels or spec.get("nodeName"):
-            continue
-        if meta.get("deletionTimestamp"):
+        key = _engine_pod(meta)
+        if key is None or spec.get("nodeName") or meta.get("deletionTimestamp"):
             continue
         for cond in (body.get("status") or {}).get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("reason") == "Unschedulable":
-                key = (meta.get("namespace", ""), service, _option(labels))
                 found.setdefault(key, []).append((meta.get("name", ""), cond.get("message", "")))
     out = {}
     for key, named in found.items():
