@@ -8,16 +8,75 @@ from typing import Any
 from gpumix.operator import metrics
 from gpumix.reconcile.cluster import SEARCH_TIME_LIMIT_S, Snapshot
 from gpumix.reconcile.digest import autoscaler_targets, node_info, pod_info, running_services
+from gpumix.reconcile.kvmigration import ADMIN_URL_ANNOTATION
 from gpumix.reconcile.modelshape import config_map_ref
+from gpumix.route.engines import ENGINE_URL_ANNOTATION
 
 KINDS = ("services", "pools", "profiles", "nodes", "pods", "deployments", "hpas", "configmaps")
+
+
+POD_ANNOTATIONS = (ADMIN_URL_ANNOTATION, ENGINE_URL_ANNOTATION)
+"""The annotations anything reads of a pod (`gpumix.reconcile.kvmigration`)."""
+
+
+def _picked(source: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: copy.deepcopy(source[k]) for k in keys if source.get(k) is not None}
+
+
+def _resources(containers: Any) -> list[dict[str, Any]]:
+    return [_picked(c, ("resources",)) for c in containers or []]
+
+
+def _pod(body: dict[str, Any]) -> dict[str, Any]:
+    """What is read of a pod: its GPUs, node and phase (`gpumix.reconcile.digest.pod_info`), its
+    labels, creation and deletion, Ready and PodScheduled conditions (stranded, unschedulable,
+    `running_services`), IP and URL annotations (the KV loop's `live_pods`, `router_urls`).
+    A vLLM pod's body is mostly its spec (command, env, probes, affinity, volumes), and the view
+    watches every pod in the cluster; conditions keep no times, so a probe's timestamp is no
+    change the planner would pass for."""
+    meta, spec, status = (body.get(k) or {} for k in ("metadata", "spec", "status"))
+    kept_meta = _picked(meta, ("namespace", "name", "labels", "creationTimestamp",
+                               "deletionTimestamp"))  # fmt: skip
+    if annotations := {k: v for k, v in (meta.get("annotations") or {}).items()
+                       if k in POD_ANNOTATIONS}:  # fmt: skip
+        kept_meta["annotations"] = annotations
+    kept_spec = _picked(spec, ("nodeName",))
+    for field_ in ("containers", "initContainers"):
+        if spec.get(field_):
+            kept_spec[field_] = _resources(spec[field_])
+    kept_status = _picked(status, ("phase", "podIP"))
+    if status.get("conditions"):
+        kept_status["conditions"] = [
+            _picked(c, ("type", "status", "reason", "message")) for c in status["conditions"]
+        ]
+    return {"metadata": kept_meta, "spec": kept_spec, "status": kept_status}
+
+
+def _deployment(body: dict[str, Any]) -> dict[str, Any]:
+    """What is read of a Deployment (`gpumix.reconcile.digest.running_services`, the writer):
+    its labels and deletion, replicas, its pods' GPUs and how many are available. The view
+    holds gpumix's only, each with a vLLM pod template."""
+    meta, spec, status = (body.get(k) or {} for k in ("metadata", "spec", "status"))
+    kept_spec = _picked(spec, ("replicas",))
+    template = (spec.get("template") or {}).get("spec") or {}
+    pod_spec = {f: _resources(template[f]) for f in ("containers", "initContainers")
+                if template.get(f)}  # fmt: skip
+    if pod_spec:
+        kept_spec["template"] = {"spec": pod_spec}
+    return {
+        "metadata": _picked(meta, ("namespace", "name", "labels", "deletionTimestamp")),
+        "spec": kept_spec,
+        "status": _picked(status, ("availableReplicas",)),
+    }
 
 
 def _kept(kind: str, body: dict[str, Any]) -> dict[str, Any]:
     """What the view keeps of an object: a copy without ``metadata.managedFields`` (nothing reads
     them; they are often the larger part of a pod or node); of a Node only its name, labels and
     allocatable resources (`gpumix.reconcile.digest.node_info`; a real node also lists its
-    images); of a ConfigMap (every one in the cluster is watched) only its name and data."""
+    images); of a Pod and a Deployment what is read of them (:func:`_pod`, :func:`_deployment`:
+    at 500 services they were most of the view); of a ConfigMap (every one in the cluster is
+    watched) only its name and data."""
     meta = body.get("metadata", {})
     if kind == "nodes":
         status = body.get("status") or {}
@@ -25,6 +84,10 @@ def _kept(kind: str, body: dict[str, Any]) -> dict[str, Any]:
             "metadata": {"name": meta.get("name", ""), "labels": dict(meta.get("labels") or {})},
             "status": {"allocatable": dict(status.get("allocatable") or {})},
         }
+    if kind == "pods":
+        return _pod(body)
+    if kind == "deployments":
+        return _deployment(body)
     if kind == "configmaps":
         names = {"namespace": meta.get("namespace", ""), "name": meta.get("name", "")}
         kept: dict[str, Any] = {"metadata": names}
