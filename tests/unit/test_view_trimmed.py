@@ -118,3 +118,29 @@ def test_a_pod_is_kept_at_a_fraction_of_its_size_and_a_probe_time_is_no_change(
     probed["status"]["conditions"][1]["status"] = "False"
     view.update("pods", "MODIFIED", probed)
     assert view.changed.is_set()
+
+
+def test_the_snapshot_reads_each_node_and_pod_as_last_changed_and_not_once_deleted(
+    objects: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+) -> None:
+    _, pods = objects
+    node = {"metadata": {"name": "n1", "labels": {"gpumix.io/pool": "a100-80gb"}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}}}  # fmt: skip
+    view = ClusterView()
+    view.update("nodes", None, node)
+    for p in pods:
+        view.update("pods", None, p)
+    grown = copy.deepcopy(node)
+    grown["status"]["allocatable"]["nvidia.com/gpu"] = "4"
+    view.update("nodes", "MODIFIED", grown)
+    moved = copy.deepcopy(pods[2])
+    moved["spec"]["nodeName"], moved["status"]["phase"] = "n1", "Running"
+    view.update("pods", "MODIFIED", moved)
+    view.update("pods", "DELETED", pods[0])
+    snap = view.snapshot("now", 5)
+    assert [n.allocatable_gpus for n in snap.nodes] == [4]
+    assert sorted(snap.pods, key=lambda p: p.name) == sorted(
+        [pod_info(p) for p in (pods[1], moved, *pods[3:])], key=lambda p: p.name
+    )
+    view.update("nodes", "DELETED", grown)
+    assert view.snapshot("now", 5).nodes == []

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumix.operator import metrics
+from gpumix.reconcile.capacity import NodeInfo, PodInfo
 from gpumix.reconcile.cluster import SEARCH_TIME_LIMIT_S, Snapshot
 from gpumix.reconcile.digest import autoscaler_targets, node_info, pod_info, running_services
 from gpumix.reconcile.kvmigration import ADMIN_URL_ANNOTATION
@@ -107,6 +108,11 @@ class ClusterView:
         default_factory=lambda: {k: {} for k in KINDS}
     )
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    nodes: dict[tuple[str, str], NodeInfo] = field(default_factory=dict)
+    pods: dict[tuple[str, str], PodInfo] = field(default_factory=dict)
+    """What a snapshot reads of each Node and Pod (`node_info`, `pod_info`), made as the object
+    changes: made for 5,000 nodes and 2,800 pods on every pass, they took 0.3-1.2 s of it
+    (live 500 × 5,000)."""
 
     def update(self, kind: str, event_type: str | None, body: dict[str, Any]) -> None:
         """Keep ``body`` (or forget it), and tell the planner when what it reads changed: not
@@ -120,11 +126,19 @@ class ClusterView:
         if event_type == "DELETED":
             if objects.pop(key, None) is None:
                 return
+            if kind == "nodes":
+                self.nodes.pop(key, None)
+            elif kind == "pods":
+                self.pods.pop(key, None)
         else:
             kept = _kept(kind, body)
             if objects.get(key) == kept:
                 return
             objects[key] = kept
+            if kind == "nodes":
+                self.nodes[key] = node_info(kept)
+            elif kind == "pods":
+                self.pods[key] = pod_info(kept)
         if kind != "configmaps" or key in self.config_map_refs():
             self.changed.set()  # other ConfigMaps change nothing the planner reads
             metrics.VIEW_CHANGES.labels(kind).inc()  # what keeps the planner passing
@@ -151,8 +165,8 @@ class ClusterView:
             services=list(o["services"].values()),
             pools=list(o["pools"].values()),
             profiles=list(o["profiles"].values()),
-            nodes=[node_info(b) for b in o["nodes"].values()],
-            pods=[pod_info(b) for b in o["pods"].values()],
+            nodes=list(self.nodes.values()),
+            pods=list(self.pods.values()),
             # No nodes listed yet (start-up): nothing to tell stranded pods by.
             running=running_services(
                 o["deployments"].values(), o["pods"].values(), {n for _, n in o["nodes"]} or None

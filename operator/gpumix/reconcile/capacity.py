@@ -43,13 +43,13 @@ def holds_gpus(pod: PodInfo) -> bool:
 def pool_status(
     pool: GPUPool,
     *,
-    nodes: list[NodeInfo],
+    mine: list[NodeInfo],
     pods: list[PodInfo],
     previous: list[Condition],
     generation: int | None,
     now: str,
 ) -> GPUPoolStatus:
-    mine = pool_nodes(pool, nodes)
+    """The pool's status from its nodes (``mine``: :func:`pool_nodes`) and the pods on them."""
     names = {n.name for n in mine}
     allocated = sum(p.gpus for p in pods if holds_gpus(p) and p.node in names)
     allocatable = sum(n.allocatable_gpus for n in mine)
@@ -87,9 +87,10 @@ def plannable_gpus(pool: GPUPool, status: GPUPoolStatus) -> int:
     return status.allocatable_gpus or 0
 
 
-def foreign_gpus(pool: GPUPool, nodes: list[NodeInfo], pods: list[PodInfo]) -> int:
-    """GPUs of the pool held by pods gpumix does not manage (other workloads)."""
-    names = {n.name for n in pool_nodes(pool, nodes)}
+def foreign_gpus(mine: list[NodeInfo], pods: list[PodInfo]) -> int:
+    """GPUs of a pool's nodes (``mine``: :func:`pool_nodes`) held by pods gpumix does not
+    manage (other workloads)."""
+    names = {n.name for n in mine}
     return sum(
         p.gpus for p in pods if holds_gpus(p) and p.node in names and not p.managed_by_gpumix
     )
