@@ -240,3 +240,22 @@ def test_the_kv_loop_starts_after_the_planners_first_pass() -> None:
 
     asyncio.run(scenario())
     assert seen and all(seen)
+
+
+def test_the_loop_validates_a_service_again_only_once_the_view_holds_another_body() -> None:
+    """Every tick reads every service; a body the view still holds is not validated again."""
+    body = service("chat", 2, "t0", pools=["a10g"], kvMigration={"enabled": True})
+    view = ClusterView()
+    view.update("services", "ADDED", body)
+    loop = KvLoop(view, FakeWriter())  # type: ignore[arg-type]
+    key = ("default", "chat")
+    first = loop._service(key, view.objects["services"][key])
+    assert first is not None and first.spec.kv_migration.enabled
+    assert loop._service(key, view.objects["services"][key]) is first
+    off = {**body, "spec": {**body["spec"], "kvMigration": {"enabled": False}}}
+    view.update("services", "MODIFIED", off)
+    again = loop._service(key, view.objects["services"][key])
+    assert again is not None and not again.spec.kv_migration.enabled
+    bad = {**body, "spec": {**body["spec"], "kvMigration": {"enabled": "sometimes"}}}
+    view.update("services", "MODIFIED", bad)
+    assert loop._service(key, view.objects["services"][key]) is None
