@@ -148,12 +148,9 @@ def _baselines(instance_json: str, time_limit_s: float) -> dict[str, SingleType 
 
 
 Baselines = dict[str, SingleType | None]
-_Seen = tuple[
-    weakref.ref[AllocationInstance], tuple[tuple[str, float], ...] | None, float, Baselines
-]
-_baselines_seen: dict[int, _Seen] = {}
-"""By a problem's instance (its id, while it lives): the factors and time limit its baselines
-were last found for, and them (:func:`_baselines_of`)."""
+_baselines_seen: dict[int, tuple[tuple[tuple[str, float], ...] | None, float, Baselines]] = {}
+"""By a live problem instance's id (dropped as the instance goes): the factors and time limit
+its baselines were last found for, and them (:func:`_baselines_of`)."""
 
 
 def _baselines_of(
@@ -167,13 +164,13 @@ def _baselines_of(
     key = id(instance)
     facts = None if factors is None else tuple(sorted(factors.items()))
     seen = _baselines_seen.get(key)
-    if seen is not None and seen[0]() is instance and seen[1:3] == (facts, time_limit_s):
-        return seen[3]
+    if seen is not None and seen[:2] == (facts, time_limit_s):
+        return seen[2]
     planned_at = instance if factors is None else derated(instance, factors)
     found = _baselines(planned_at.model_dump_json(), time_limit_s)
-    if seen is None or seen[0]() is not instance:
+    if seen is None:  # an id is reused only once its instance is gone, and its entry with it
         weakref.finalize(instance, _baselines_seen.pop, key, None)
-    _baselines_seen[key] = (weakref.ref(instance), facts, time_limit_s, found)
+    _baselines_seen[key] = (facts, time_limit_s, found)
     return found
 
 
