@@ -7,12 +7,13 @@ and writes what changed. A failed write is logged and counted; the next pass ret
 import asyncio
 import copy
 import logging
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -45,6 +46,29 @@ WRITERS = 4
 at 500 services applies 6,125 objects, one after another in 122-157 s and on 4 threads in
 85-96 s (live 500 × 5,000, the apiserver on the same 2 cores). One service's objects and
 deletes stay in order; services go side by side."""
+
+
+T = TypeVar("T")
+
+
+async def abandoned_on_stop(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a daemon thread of its own, for work that writes nothing: cancelled,
+    the caller stops waiting at once and the result is dropped. In ``asyncio.to_thread`` a
+    pass went on planning after SIGTERM, as ``asyncio.run`` waits for the default executor:
+    a restarted operator's pass at 500 services takes minutes, past the pod's grace period,
+    and the Lease was never released (the kubelet's SIGKILL; a follower waited it out)."""
+    future: Future[T] = Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return  # cancelled before it started
+        try:
+            future.set_result(fn(*args))
+        except BaseException as err:  # handed to the caller, as asyncio.to_thread does
+            future.set_exception(err)
+
+    threading.Thread(target=work, name=f"gpumix-{fn.__name__}", daemon=True).start()
+    return await asyncio.wrap_future(future)
 
 
 def now_rfc3339() -> str:
@@ -158,8 +182,19 @@ class Planner:
         """Whether the apiserver served the InferencePool kind when last asked."""
         self.ready = asyncio.Event()
         """Set after the first pass, so that probes can tell a working operator."""
+        self._stopping = threading.Event()
+        """Set once the loop is cancelled (SIGTERM): the writes not yet sent are not sent."""
 
     async def run(self, settle_s: float = SETTLE_S, quiet_s: float = QUIET_S) -> None:
+        """Passes until cancelled. Cancelled mid-pass (kopf's stop on SIGTERM), a plan is
+        dropped (it wrote nothing) and writes end with those in flight; what is left is the
+        next leader's first pass, as after a kill."""
+        try:
+            await self._passes(settle_s, quiet_s)
+        finally:
+            self._stopping.set()
+
+    async def _passes(self, settle_s: float, quiet_s: float) -> None:
         await self.listed()
         await self.settled(quiet_s, settle_s)  # the listing's own burst of events
         while True:
@@ -236,7 +271,7 @@ class Planner:
             await asyncio.to_thread(self._ask_for_inference_pools)
             snapshot = snapshot.model_copy(update={"inference_pools_served": self._pools_served})
         lap("observe")
-        decision = await asyncio.to_thread(plan_cluster, snapshot)
+        decision = await abandoned_on_stop(plan_cluster, snapshot)
         self.observer.remember(decision.last_good)
         lap("plan")
         writes = await asyncio.to_thread(self._write, decision, snapshot.now)
@@ -379,6 +414,8 @@ class Planner:
         Objects whose digest status already holds are not applied again after a restart or a
         change of leader (at 50 services that was 514 applies that changed nothing), unless a
         Deployment among them is not in the view (deleted by hand: applied again)."""
+        if self._stopping.is_set():
+            return None
         ns, name = key
         router = self.view.objects["deployments"].get((ns, router_name(name)))
         available = ((router or {}).get("status") or {}).get("availableReplicas") or 0
@@ -455,9 +492,11 @@ class Planner:
         self._rendered[key] = rendered
         return rendered
 
-    @staticmethod
-    def _guard(stage: str, fn: Any, *args: Any) -> bool:
-        """``fn(*args)``; False (logged and counted) when it raised."""
+    def _guard(self, stage: str, fn: Any, *args: Any) -> bool:
+        """``fn(*args)``; False (logged and counted) when it raised, or not sent (False) once
+        the loop is stopping."""
+        if self._stopping.is_set():
+            return False
         try:
             fn(*args)
         except Exception:
