@@ -1060,11 +1060,13 @@ def _kept_holding(
     budget: float | None,
 ) -> tuple[_Round, dict[ObjectKey, dict[str, int]]]:
     """``final`` with the services it moves off a plan that runs and holds their target onto
-    one predicted to miss it (:func:`_moved_off`) pinned to what runs, and the searched
-    services to their plans, solved again (at most ``HOLDING_ROUNDS`` times, the last one
-    pinning every holding plan that moved, so that none is left to miss); and the services
-    so pinned, which later passes keep on those plans while their rate stands
-    (`DeratingStatus.kept_at_rate`, :func:`_kept_on`). The factors a search found hold for
+    one predicted to miss it, or off one that runs short of it onto one predicted to meet
+    less (:func:`_moved_off`), pinned to what runs, and the searched services to their plans,
+    solved again (at most ``HOLDING_ROUNDS`` times, the last one pinning every holding plan
+    that moved, so that none is left to miss); and the holding services so pinned, which
+    later passes keep on those plans while their rate stands (`DeratingStatus.kept_at_rate`,
+    :func:`_kept_on`; one short of its target is free again in the next pass, as capacity
+    that would let it hold may come free). The factors a search found hold for
     the plans it predicted; a later fleet solve is free to place a service elsewhere at those
     factors, on an option no round loaded (offline at 200 services, a re-solve after a
     rollout moved 8 services, two from 99.4% and 100% to 43% and 28%). Kept as it is when a
@@ -1090,11 +1092,12 @@ def _kept_holding(
             break
         if not _serves_as_much(trial, first):
             break
-        log.info("attainment loop: kept %d services on the plans that hold their targets",
+        log.info("attainment loop: kept %d services on the plans that run",
                  len(moved), extra={"services": [_demand_name(k) for k in moved]})  # fmt: skip
         pins |= moved
         final = trial
-    return final, pins
+    holding = {c.key for c in candidates if _holding_plan(c) is not None}
+    return final, {k: plan for k, plan in pins.items() if k in holding}
 
 
 def _holding_plan(c: "_Candidate") -> dict[str, int] | None:
@@ -1104,6 +1107,17 @@ def _holding_plan(c: "_Candidate") -> dict[str, int] | None:
     planned = _promised_plan(c)
     runs = {o: n for o, n in c.running.ready.items() if n}
     return runs if runs and runs == planned else None
+
+
+def _short_plan(c: "_Candidate") -> tuple[dict[str, int], float] | None:
+    """The plan in force and its predicted attainment (status.predictedAttainment), when it
+    has rolled out and status predicts it to miss its promise (SLOAtRisk True)."""
+    risk = condition(c.previous.conditions, SLO_AT_RISK) if c.previous is not None else None
+    if c.previous is None or risk is None or risk.status != ConditionStatus.TRUE:
+        return None
+    met, planned = c.previous.predicted_attainment, _status_plan(c)
+    runs = {o: n for o, n in c.running.ready.items() if n}
+    return (runs, met) if met is not None and runs and runs == planned else None
 
 
 def _status_plan(c: "_Candidate") -> dict[str, int]:
@@ -1130,13 +1144,23 @@ def _pool_gpus(c: "_Candidate", counts: Mapping[str, int]) -> dict[str, int]:
 
 
 def _moved_off(c: "_Candidate", r: _Round, *, predicted: bool = True) -> dict[str, int] | None:
-    """The plan in force that holds (:func:`_holding_plan`), when round ``r`` moves this
-    service off it onto a plan predicted not to hold (``predicted``), or at all."""
-    if predicted and (_holds(c, r) or not isinstance(r.predicted[c.key], PredictedAttainment)):
-        return None
-    plan = _holding_plan(c)
+    """The plan in force, when round ``r`` moves this service off it: off one that holds
+    (:func:`_holding_plan`) onto one predicted not to hold (``predicted``), or at all; off one
+    that runs short of its target (:func:`_short_plan`) onto one predicted to meet less. A
+    service below its target was free in every fleet solve, and another's change took its
+    pool: live at 500 services, ``svc-0154`` (rate unchanged) went ``a40 9→8, l40 0→1``, then
+    ``a40 8→5, l40 1→3``, in the passes of two other services' changes (#19)."""
     moved = {o: n for o, n in r.plan.services[_demand_name(c.key)].counts.items() if n}
-    return plan if plan is not None and moved != plan else None
+    met = _met(c, r)
+    plan = _holding_plan(c)
+    if plan is None:
+        short = _short_plan(c)
+        if short is None or met is None or round(met, 4) >= short[1]:
+            return None
+        plan = short[0]
+    elif predicted and (met is None or _holds(c, r)):
+        return None
+    return plan if moved != plan else None
 
 
 def _kept_on(c: "_Candidate", rate: float, room: dict[str, int]) -> dict[str, int] | None:

@@ -634,6 +634,52 @@ def test_a_service_is_not_moved_off_a_plan_that_holds_onto_one_predicted_to_miss
     assert len(solves) == 2
 
 
+def test_a_service_short_of_its_target_is_not_moved_onto_a_plan_predicted_to_meet_less(
+    monkeypatch: pytest.MonkeyPatch, solves: list[str]
+) -> None:
+    """chat runs 2 more A10Gs than the cheapest plan, predicted at 97% (below its 99%): a
+    fleet solve that drops them onto a plan predicted at 95% is solved again with chat pinned
+    to what runs (live, another service's change took such a service's pool). Predicted at
+    least as well elsewhere, it moves; the pin is not kept for later passes."""
+    monkeypatch.setattr(cluster, "predict_served", lambda *_: predicted(0.999, {}))
+    first = chat(service("chat", 5.5, "t0"))
+    cheapest = {o: n for o, n in (first.target or {}).items() if n}
+    runs = {**cheapest, "a10g": cheapest.get("a10g", 0) + 2}
+    body = with_status(service("chat", 5.5, "t0"), first)
+    del body["status"]["derating"]["keptAtRate"]
+    for a in body["status"]["allocation"]:
+        a["replicas"] = runs[a["pool"]]
+    body["status"]["predictedAttainment"] = 0.97
+    body["status"]["conditions"] = [
+        {**c, "status": "True", "reason": "BelowTarget"} if c["type"] == "SLOAtRisk" else c
+        for c in body["status"]["conditions"]
+    ]
+    running = {KEY: Running(replicas=runs, ready=runs)}
+
+    def elsewhere(met: float) -> Callable[..., PredictedAttainment]:
+        def by_plan(*args: Any) -> PredictedAttainment:
+            counts = {o: n for o, n in args[3].counts.items() if n}
+            return predicted(0.97 if counts == runs else met, {"a10g": met})
+
+        return by_plan
+
+    monkeypatch.setattr(cluster, "predict_served", elsewhere(0.95))
+    solves.clear()
+    kept = planned(body, running=running).services[KEY]
+    assert len(solves) == 2
+    pins = [{o.name: o.fixed for o in s.options if o.fixed}
+            for s in JointInstance.model_validate_json(solves[1]).services]  # fmt: skip
+    assert pins == [runs]
+    assert {o: n for o, n in (kept.target or {}).items() if n} == runs
+    assert kept.status.derating is not None and kept.status.derating.kept_at_rate is None
+    for met in (0.97, 0.975):  # as well or better: the cheaper plan applies
+        monkeypatch.setattr(cluster, "predict_served", elsewhere(met))
+        solves.clear()
+        moved = planned(body, running=running).services[KEY]
+        assert len(solves) == 1
+        assert {o: n for o, n in (moved.target or {}).items() if n} == cheapest
+
+
 def test_a_kept_plan_whose_replicas_are_not_ready_is_not_pinned() -> None:
     """Jiang App. M's GPU drop on a plan kept at its rate: the A100 nodes go, the Deployment
     still asks for its replicas but none is ready, and the plan moves to the H100 pool (pinned
