@@ -1101,23 +1101,27 @@ def _kept_holding(
 
 
 def _holding_plan(c: "_Candidate") -> dict[str, int] | None:
-    """The plan in force, when it has rolled out (what runs and is ready: replicas whose nodes
-    are gone are not) and status predicts it to hold the target (SLOAtRisk False); else
-    ``None``."""
-    planned = _promised_plan(c)
-    runs = {o: n for o, n in c.running.ready.items() if n}
-    return runs if runs and runs == planned else None
+    """The plan in force, when it has rolled out (:func:`_rolled_out`) and status predicts it
+    to hold the target (SLOAtRisk False); else ``None``."""
+    return _rolled_out(c, _promised_plan(c))
 
 
 def _short_plan(c: "_Candidate") -> tuple[dict[str, int], float] | None:
     """The plan in force and its predicted attainment (status.predictedAttainment), when it
-    has rolled out and status predicts it to miss its promise (SLOAtRisk True)."""
+    has rolled out (:func:`_rolled_out`) and status predicts it to miss its promise
+    (SLOAtRisk True)."""
     risk = condition(c.previous.conditions, SLO_AT_RISK) if c.previous is not None else None
     if c.previous is None or risk is None or risk.status != ConditionStatus.TRUE:
         return None
-    met, planned = c.previous.predicted_attainment, _status_plan(c)
+    met, runs = c.previous.predicted_attainment, _rolled_out(c, _status_plan(c))
+    return (runs, met) if met is not None and runs is not None else None
+
+
+def _rolled_out(c: "_Candidate", planned: dict[str, int] | None) -> dict[str, int] | None:
+    """``planned`` when it is what runs and is ready (replicas whose nodes are gone are
+    not)."""
     runs = {o: n for o, n in c.running.ready.items() if n}
-    return (runs, met) if met is not None and runs and runs == planned else None
+    return runs if runs and runs == planned else None
 
 
 def _status_plan(c: "_Candidate") -> dict[str, int]:
