@@ -1096,8 +1096,9 @@ def _kept_holding(
                  len(moved), extra={"services": [_demand_name(k) for k in moved]})  # fmt: skip
         pins |= moved
         final = trial
-    holding = {c.key for c in candidates if _holding_plan(c) is not None}
-    return final, {k: plan for k, plan in pins.items() if k in holding}
+    return final, {
+        c.key: pins[c.key] for c in candidates if c.key in pins and _holding_plan(c) is not None
+    }
 
 
 def _holding_plan(c: "_Candidate") -> dict[str, int] | None:

@@ -568,6 +568,26 @@ def test_a_first_pass_of_a_fleet_searches_each_service_alone(solves: list[str]) 
         assert (pool.planned_gpus or 0) <= pool.allocatable_gpus, name
 
 
+def two_more_a10gs(
+    risk: str, reason: str
+) -> tuple[dict[str, int], dict[str, int], dict[str, Any], dict[Any, Running]]:
+    """chat's cheapest plan (its search ends at once), and chat running, ready, 2 more A10Gs
+    than it as its plan in force, not (yet) kept, with SLOAtRisk ``risk`` for ``reason``:
+    (cheapest, runs, body, running)."""
+    first = chat(service("chat", 5.5, "t0"))
+    cheapest = {o: n for o, n in (first.target or {}).items() if n}
+    runs = {**cheapest, "a10g": cheapest.get("a10g", 0) + 2}
+    body = with_status(service("chat", 5.5, "t0"), first)
+    del body["status"]["derating"]["keptAtRate"]
+    for a in body["status"]["allocation"]:
+        a["replicas"] = runs[a["pool"]]
+    body["status"]["conditions"] = [
+        {**c, "status": risk, "reason": reason} if c["type"] == "SLOAtRisk" else c
+        for c in body["status"]["conditions"]
+    ]
+    return cheapest, runs, body, {KEY: Running(replicas=runs, ready=runs)}
+
+
 def test_a_service_is_not_moved_off_a_plan_that_holds_onto_one_predicted_to_miss(
     monkeypatch: pytest.MonkeyPatch, solves: list[str]
 ) -> None:
@@ -575,19 +595,8 @@ def test_a_service_is_not_moved_off_a_plan_that_holds_onto_one_predicted_to_miss
     there: the solve drops them, its prediction misses, so chat is pinned to what runs and
     the fleet solved again. Without the prediction's miss, the cheaper plan is applied."""
     monkeypatch.setattr(cluster, "predict_served", lambda *_: predicted(0.999, {}))
-    first = chat(service("chat", 5.5, "t0"))  # holds: its search ends at once
+    cheapest, runs, body, running = two_more_a10gs("False", "OnTarget")
     solves.clear()
-    cheapest = {o: n for o, n in (first.target or {}).items() if n}
-    runs = {**cheapest, "a10g": cheapest.get("a10g", 0) + 2}
-    body = with_status(service("chat", 5.5, "t0"), first)
-    del body["status"]["derating"]["keptAtRate"]  # a plan that holds, not (yet) kept
-    for a in body["status"]["allocation"]:
-        a["replicas"] = runs[a["pool"]]
-    body["status"]["conditions"] = [
-        {**c, "status": "False", "reason": "OnTarget"} if c["type"] == "SLOAtRisk" else c
-        for c in body["status"]["conditions"]
-    ]
-    running = {KEY: Running(replicas=runs, ready=runs)}
 
     def by_plan(*args: Any) -> PredictedAttainment:
         counts = {o: n for o, n in args[3].counts.items() if n}
@@ -642,19 +651,8 @@ def test_a_service_short_of_its_target_is_not_moved_onto_a_plan_predicted_to_mee
     to what runs (live, another service's change took such a service's pool). Predicted at
     least as well elsewhere, it moves; the pin is not kept for later passes."""
     monkeypatch.setattr(cluster, "predict_served", lambda *_: predicted(0.999, {}))
-    first = chat(service("chat", 5.5, "t0"))
-    cheapest = {o: n for o, n in (first.target or {}).items() if n}
-    runs = {**cheapest, "a10g": cheapest.get("a10g", 0) + 2}
-    body = with_status(service("chat", 5.5, "t0"), first)
-    del body["status"]["derating"]["keptAtRate"]
-    for a in body["status"]["allocation"]:
-        a["replicas"] = runs[a["pool"]]
+    cheapest, runs, body, running = two_more_a10gs("True", "BelowTarget")
     body["status"]["predictedAttainment"] = 0.97
-    body["status"]["conditions"] = [
-        {**c, "status": "True", "reason": "BelowTarget"} if c["type"] == "SLOAtRisk" else c
-        for c in body["status"]["conditions"]
-    ]
-    running = {KEY: Running(replicas=runs, ready=runs)}
 
     def elsewhere(met: float) -> Callable[..., PredictedAttainment]:
         def by_plan(*args: Any) -> PredictedAttainment:
