@@ -153,6 +153,7 @@ class OperatorSettings:
     interval_s: int = 30
     solver_time_limit_s: int = 30
     search_time_limit_s: int = 20
+    search_slice_s: float = 2.0
     log_format: str = "json"
     health_path: str = "/healthz"
     tmp_size_limit: str = "256Mi"
@@ -172,6 +173,7 @@ class OperatorSettings:
             f"--interval={self.interval_s}",
             f"--solver-time-limit={self.solver_time_limit_s}",
             f"--search-time-limit={self.search_time_limit_s}",
+            f"--search-slice={self.search_slice_s}",
             f"--log-format={self.log_format}",
         ]
 

@@ -125,6 +125,7 @@ CASES: list[tuple[list[str], str]] = [
     ),
     (["run", "--interval", "0"], "--interval"),
     (["run", "--search-time-limit", "-1"], "--search-time-limit"),
+    (["run", "--search-slice", "0"], "--search-slice"),
     (["run", "--simulation-processes", "0"], "--simulation-processes"),
     (["run", "--metrics-port", "-1"], "--metrics-port"),
     (["run", "--prometheus-timeout", "0"], "--prometheus-timeout"),

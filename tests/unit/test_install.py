@@ -27,7 +27,7 @@ from gpumix.install import (
     base_objects,
     render_install_files,
 )
-from gpumix.reconcile.cluster import SEARCH_TIME_LIMIT_S
+from gpumix.reconcile.cluster import SEARCH_SLICE_S, SEARCH_TIME_LIMIT_S
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gpumix"
@@ -162,6 +162,7 @@ def test_chart_defaults_are_the_operator_settings() -> None:
     assert values["operator"]["interval"] == s.interval_s
     assert values["operator"]["solverTimeLimit"] == s.solver_time_limit_s
     assert values["operator"]["searchTimeLimit"] == s.search_time_limit_s == SEARCH_TIME_LIMIT_S
+    assert values["operator"]["searchSlice"] == s.search_slice_s == SEARCH_SLICE_S
     assert values["operator"]["logFormat"] == s.log_format
     assert values["resources"] == s.resources
     assert values["tmpSizeLimit"] == s.tmp_size_limit

@@ -564,6 +564,12 @@ class DeratingStatus(ApiModel):
         "target, is kept: a fleet solve would have moved the service onto a plan predicted to "
         "miss it. Later passes keep that plan while this generation and rate stand.",
     )
+    searching: bool = Field(
+        default=False,
+        description="The search was cut at its time slice (gpumix run --search-slice) in the "
+        "pass a change started it in: the plan in force is the best it found so far, and the "
+        "next pass searches on from these factors.",
+    )
 
     def factors(self) -> dict[str, float]:
         """Option → factor (absent: 1)."""

@@ -24,7 +24,12 @@ from gpumix.operator import memory, metrics
 from gpumix.operator.kube import KubeWriter, digest
 from gpumix.operator.observing import Observer
 from gpumix.operator.view import ClusterView
-from gpumix.reconcile.cluster import SEARCH_TIME_LIMIT_S, ClusterDecision, plan_cluster
+from gpumix.reconcile.cluster import (
+    SEARCH_SLICE_S,
+    SEARCH_TIME_LIMIT_S,
+    ClusterDecision,
+    plan_cluster,
+)
 from gpumix.reconcile.objects import desired_objects, unwanted_objects
 from gpumix.reconcile.service import EventSpec, ServiceDecision
 from gpumix.render import Owner, router_name
@@ -164,6 +169,7 @@ class Planner:
         listing: Callable[[], dict[str, int]] | None = None,
         listing_timeout_s: float = LISTING_TIMEOUT_S,
         search_time_limit_s: float = SEARCH_TIME_LIMIT_S,
+        search_slice_s: float = SEARCH_SLICE_S,
     ) -> None:
         self.view, self.writer = view, writer
         self.router_image, self.operator_namespace = router_image, operator_namespace
@@ -172,6 +178,7 @@ class Planner:
         self.interval_s, self.time_limit_s = interval_s, time_limit_s
         self.budget_per_hour = budget_per_hour
         self.search_time_limit_s = search_time_limit_s
+        self.search_slice_s = search_slice_s
         self._exported: set[tuple[str, str]] = set()
         """Services with metrics series, so that deleted ones are forgotten."""
         self._reported: dict[str, set[tuple[str, str]]] = {}
@@ -263,7 +270,11 @@ class Planner:
             metrics.PASS_STAGES.labels(stage).observe(stages[stage])
 
         snapshot = self.view.snapshot(
-            now_rfc3339(), self.time_limit_s, self.budget_per_hour, self.search_time_limit_s
+            now_rfc3339(),
+            self.time_limit_s,
+            self.budget_per_hour,
+            self.search_time_limit_s,
+            self.search_slice_s,
         )
         lap("snapshot")
         snapshot = await self.observer.attach(snapshot)  # Prometheus, in a worker thread

@@ -28,7 +28,7 @@ from gpumix.operator.listing import listed_counts
 from gpumix.operator.loop import Planner
 from gpumix.operator.observing import add_observe_arguments, observer_from_args
 from gpumix.operator.view import ClusterView
-from gpumix.reconcile.cluster import SEARCH_TIME_LIMIT_S
+from gpumix.reconcile.cluster import SEARCH_SLICE_S, SEARCH_TIME_LIMIT_S
 from gpumix.reconcile.leadership import Timing
 from gpumix.sim import workers
 
@@ -84,6 +84,7 @@ async def _main(
         interval_s=args.interval,
         time_limit_s=args.solver_time_limit,
         search_time_limit_s=args.search_time_limit,
+        search_slice_s=args.search_slice,
         budget_per_hour=args.budget,
         router_image=args.router_image,
         operator_namespace=default_namespace(NAMESPACE),
@@ -187,6 +188,14 @@ def add_parser(sub: "argparse._SubParsersAction[Parser]") -> None:
         default=SEARCH_TIME_LIMIT_S,
         help="seconds one service's attainment search may take in a pass; a longer one keeps "
         "the best plan its rounds found",
+    )
+    run.add_argument(
+        "--search-slice",
+        type=positive_float,
+        default=SEARCH_SLICE_S,
+        help="seconds the attainment search of a service that already serves may take in the "
+        "pass its change starts it in; cut there, its best plan so far is applied and the next "
+        "pass searches on",
     )
     run.add_argument(
         "--simulation-processes",

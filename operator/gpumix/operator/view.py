@@ -7,7 +7,7 @@ from typing import Any
 
 from gpumix.operator import metrics
 from gpumix.reconcile.capacity import NodeInfo, PodInfo
-from gpumix.reconcile.cluster import SEARCH_TIME_LIMIT_S, Snapshot
+from gpumix.reconcile.cluster import SEARCH_SLICE_S, SEARCH_TIME_LIMIT_S, Snapshot
 from gpumix.reconcile.digest import autoscaler_targets, node_info, pod_info, running_services
 from gpumix.reconcile.kvmigration import ADMIN_URL_ANNOTATION
 from gpumix.reconcile.modelshape import config_map_ref
@@ -159,6 +159,7 @@ class ClusterView:
         time_limit_s: float,
         budget_per_hour: float | None = None,
         search_time_limit_s: float = SEARCH_TIME_LIMIT_S,
+        search_slice_s: float = SEARCH_SLICE_S,
     ) -> Snapshot:
         o = self.objects
         return Snapshot(
@@ -178,5 +179,6 @@ class ClusterView:
             now=now,
             time_limit_s=time_limit_s,
             search_time_limit_s=search_time_limit_s,
+            search_slice_s=search_slice_s,
             budget_per_hour=budget_per_hour,
         )

@@ -131,6 +131,13 @@ SEARCH_TIME_LIMIT_S = 20.0
 """Seconds one service's attainment search may take in a pass (:func:`_search_alone`): the
 searches of ``bench/attainment.py`` take 0.4 s (median) to 4.3 s; a longer one ends with the
 best plan its rounds found, and status keeps it as the search's outcome."""
+SEARCH_SLICE_S = 2.0
+"""Seconds the search of a service that already serves may take in the pass that starts it (a
+rate change): cut there, the best plan its rounds found so far is applied, and the next pass
+searches on (status ``derating.searching``) within ``search_time_limit_s``. A change's pass
+takes some 6 s at 500 services before any round, and a round 0.5-3.5 s; searches of 12 rounds
+took rate changes to their Deployments in 17-20 s (live 500 × 5,000, #19). A cut costs a
+second rollout where the search then finds a better plan."""
 
 log = logging.getLogger("gpumix.planner")
 
@@ -157,6 +164,9 @@ class Snapshot(BaseModel):
     search_time_limit_s: float = SEARCH_TIME_LIMIT_S
     """Seconds one service's attainment search may take in a pass (`gpumix run
     --search-time-limit`); see :func:`_search_alone`."""
+    search_slice_s: float = SEARCH_SLICE_S
+    """Seconds the search of a service that already serves may take in the pass a change
+    starts it in (`gpumix run --search-slice`); see :data:`SEARCH_SLICE_S`."""
     budget_per_hour: float | None = None
     """Cluster-wide $/h cap over every service (`gpumix run --budget`)."""
     observations: dict[ObjectKey, ServiceObservation] = {}
@@ -743,7 +753,7 @@ def _plan_to_targets(
         }  # fmt: skip
         return _Round(factors=factors, steps=steps, plan=plan, predicted=predicted)
 
-    kept = {c.key: start[c.key] or (_carried(c), 0) for c in candidates}
+    kept = {c.key: start[c.key] or _resumed(c) for c in candidates}
     start_step = {k: f for k, (f, _) in kept.items()}, {k: n for k, (_, n) in kept.items()}
     try:
         first = solved(candidates, available, snap.budget_per_hour, start_step)
@@ -754,9 +764,9 @@ def _plan_to_targets(
                     len(held), exc_info=True)  # fmt: skip
         held.clear()
         first = solved(candidates, available, snap.budget_per_hour, start_step)
-    final, failed = (first, False) if not DERATING_ROUNDS else _search_alone(
+    final, failed, cut = (first, False, set()) if not DERATING_ROUNDS else _search_alone(
         candidates, searching, first, solved, available=available, budget=snap.budget_per_hour,
-        limit_s=snap.search_time_limit_s,
+        limit_s=snap.search_time_limit_s, slice_s=snap.search_slice_s,
     )  # fmt: skip
     final, pinned = _kept_holding(
         candidates, searching, first, final, solved, available=available,
@@ -770,15 +780,17 @@ def _plan_to_targets(
     if final.factors != first.factors:
         log.info("attainment loop: derating kept: %s",
                  {_demand_name(k): f for k, f in final.factors.items() if f})  # fmt: skip
-    # A search ends here when it ran (rounds allowed, none failed) on a prediction. Otherwise
-    # status keeps only factors a round found, and with none the next pass searches again.
+    # A search ends here when it ran (rounds allowed, none failed, not cut at its slice) on a
+    # prediction. Otherwise status keeps only factors a round found, and with none the next
+    # pass searches again; a cut one is marked to go on.
     ran = DERATING_ROUNDS > 0 and not failed
     ended = {
-        c.key for c in searching if ran and isinstance(first.predicted[c.key], PredictedAttainment)
-    }
+        c.key for c in searching
+        if ran and c.key not in cut and isinstance(first.predicted[c.key], PredictedAttainment)
+    }  # fmt: skip
     derating = {
         c.key: _derating_status(
-            c, final, ended=c.key in ended or start[c.key] is not None,
+            c, final, ended=c.key in ended or start[c.key] is not None, searching=c.key in cut,
             kept_at=rates[_demand_name(c.key)] if c.key in kept_on else None,
         )
         for c in candidates
@@ -813,7 +825,8 @@ def _search_alone(
     available: dict[str, int],
     budget: float | None,
     limit_s: float,
-) -> tuple[_Round, bool]:
+    slice_s: float,
+) -> tuple[_Round, bool, set[ObjectKey]]:
     """The search of the services whose generation is new (all of them in a first pass, one
     after a change): each, in turn, derated in at most ``DERATING_ROUNDS`` solves of itself
     alone, in the capacity and budget the others' plans leave it (``first``'s, and the plans
@@ -832,10 +845,13 @@ def _search_alone(
     Each service's search stops once it has run ``limit_s`` (checked before each of its
     solves; one that runs over its ILP time limit is not cut), with the rounds so far: a
     service whose every round is a slow solve (fuzzed: a dozen pools, one-service solves of
-    7-32 s) held the fleet's pass for two minutes (#19)."""
+    7-32 s) held the fleet's pass for two minutes (#19). One that already serves and starts its
+    search here stops at ``slice_s`` instead (:data:`SEARCH_SLICE_S`) and is returned as cut:
+    the next pass searches on from its best round (:func:`_resumed`; predictions and solves
+    are cached, so the rounds it repeats cost little)."""
     plans = {c.key: first.plan.services[_demand_name(c.key)] for c in candidates}
     factors, steps = dict(first.factors), dict(first.steps)
-    failed = False
+    failed, cut = False, set()
     for c in searching:
         others = [o for o in candidates if o.key != c.key]
         capacity = _withheld(available, [_option_gpus(o, plans[o.key]) for o in others])
@@ -846,14 +862,19 @@ def _search_alone(
             factors={c.key: factors[c.key]}, steps={c.key: steps[c.key]},
             plan=first.plan, predicted={c.key: first.predicted[c.key]},
         )]  # fmt: skip
-        deadline = time.monotonic() + limit_s
+        sliced = _serves(c) and not _resuming(c)
+        budget_s = slice_s if sliced else limit_s
+        deadline = time.monotonic() + budget_s
         for _ in range(DERATING_ROUNDS):
             step = _derate([c], rounds[-1])
             if step is None:
                 break
             if time.monotonic() >= deadline:
                 log.info("attainment loop: %s: search stopped after %d rounds, at its time "
-                         "limit (%g s)", _demand_name(c.key), len(rounds) - 1, limit_s)  # fmt: skip
+                         "%s (%g s)", _demand_name(c.key), len(rounds) - 1,
+                         "slice" if sliced else "limit", budget_s)  # fmt: skip
+                if sliced:
+                    cut.add(c.key)
                 break
             try:
                 trial = solved([c], capacity, left, step, None)
@@ -866,12 +887,17 @@ def _search_alone(
                 break  # capacity ran out: derating further only leaves traffic unserved
             rounds.append(trial)
         best = rounds[_best_round(c, rounds)]
+        later = False  # a phase after the rounds ran, and may have stopped at the deadline
         if not _aimed(c, best):
             best = _grown(c, best, first, solved, capacity=capacity, budget=left,
                           deadline=deadline) or best  # fmt: skip
-        if len(rounds) > SINGLE_TYPE_AFTER:
+            later = True
+        if rounds[-1].steps[c.key] >= SINGLE_TYPE_AFTER:
             best = _single_type(c, best, first, solved, capacity=capacity, budget=left,
                                 deadline=deadline) or best  # fmt: skip
+            later = True
+        if sliced and later and time.monotonic() >= deadline:
+            cut.add(c.key)
         factors[c.key], steps[c.key] = best.factors[c.key], best.steps[c.key]
         plans[c.key] = best.plan.services[_demand_name(c.key)]
         if len(rounds) > 1:
@@ -880,16 +906,16 @@ def _search_alone(
     if factors == first.factors and all(
         plans[c.key] == first.plan.services[_demand_name(c.key)] for c in searching
     ):
-        return first, failed
+        return first, failed, cut
     if len(candidates) == 1:  # its rounds were solves of the whole fleet
-        return best, failed
+        return best, failed, cut
     try:
         pinned = {c.key: plans[c.key].counts for c in searching}
         final = solved(candidates, available, budget, (factors, steps), pinned)
     except Exception:
         log.warning("solving the fleet with the derating found failed", exc_info=True)
-        return first, True
-    return (final, failed) if _serves_as_much(final, first) else (first, failed)
+        return first, True, cut
+    return (final, failed, cut) if _serves_as_much(final, first) else (first, failed, cut)
 
 
 GROW_ROUNDS = 3
@@ -1244,9 +1270,32 @@ def _kept_derating(c: "_Candidate") -> tuple[dict[str, float], int] | None:
     its current spec generation (for the options it still has); ``None``: no search has, and
     this pass runs one (a new spec, other SLO, model or pools, starts over)."""
     kept = c.previous.derating if c.previous is not None else None
-    if kept is None or kept.observed_generation != c.generation:
+    if kept is None or kept.observed_generation != c.generation or kept.searching:
         return None
     return _still_options(c, kept), kept.rounds
+
+
+def _resuming(c: "_Candidate") -> bool:
+    """Whether the last pass cut this generation's search at its slice (:func:`_search_alone`)
+    and this pass goes on with it."""
+    kept = c.previous.derating if c.previous is not None else None
+    return kept is not None and kept.searching and kept.observed_generation == c.generation
+
+
+def _resumed(c: "_Candidate") -> tuple[dict[str, float], int]:
+    """Where a search this pass starts begins: a cut one at the factors (and rounds) of the
+    best round it had found, else at the factors a rate change carried over (:func:`_carried`),
+    at round 0. From its best round, the rounds after it are found again in the caches."""
+    if _resuming(c):
+        assert c.previous is not None and c.previous.derating is not None  # _resuming
+        return _still_options(c, c.previous.derating), c.previous.derating.rounds
+    return _carried(c), 0
+
+
+def _serves(c: "_Candidate") -> bool:
+    """Whether the service has replicas now: a search of it that takes long delays the plan
+    for a change in its traffic, where one of a new service delays its first."""
+    return any(n > 0 for n in c.running.replicas.values())
 
 
 def _still_options(c: "_Candidate", kept: DeratingStatus) -> dict[str, float]:
@@ -1328,19 +1377,20 @@ def _best_round(c: "_Candidate", rounds: list[_Round]) -> int:
 
 
 def _derating_status(
-    c: "_Candidate", r: _Round, *, ended: bool, kept_at: float | None
+    c: "_Candidate", r: _Round, *, ended: bool, searching: bool, kept_at: float | None
 ) -> DeratingStatus | None:
     """What status keeps of the search: present (even with no factor) once it has ended for
-    this generation, which is what tells later passes not to search again; and the planned
-    rate at which the plan in force is kept (:func:`_kept_holding`)."""
+    this generation, which is what tells later passes not to search again, or was cut to go on
+    (``searching``); and the planned rate at which the plan in force is kept
+    (:func:`_kept_holding`)."""
     options = [
         OptionDerating(option=o, factor=f) for o, f in sorted(r.factors[c.key].items()) if f < 1
     ]
-    if not ended and not options and not r.steps[c.key]:
+    if not ended and not searching and not options and not r.steps[c.key]:
         return None
     return DeratingStatus(
         observed_generation=c.generation, options=options, rounds=r.steps[c.key], basis=_basis(c),
-        kept_at_rate=kept_at,
+        kept_at_rate=kept_at, searching=searching,
     )  # fmt: skip
 
 

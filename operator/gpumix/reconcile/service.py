@@ -265,13 +265,16 @@ def predict_served(
 
 
 def _derating_note(derating: DeratingStatus | None) -> str:
-    if derating is None or not derating.options:
+    if derating is None:
         return ""
+    more = "; the search goes on next pass" if derating.searching else ""
+    if not derating.options:
+        return f" ({more[2:]})" if more else ""
     factors = ", ".join(f"{o.option} ×{o.factor:.3g}" for o in derating.options)
     if not derating.rounds:  # the factors a rate change carried over, as they were
-        return f" (MaxTput derated: {factors})"
+        return f" (MaxTput derated: {factors}{more})"
     rounds = "1 round" if derating.rounds == 1 else f"{derating.rounds} rounds"
-    return f" (MaxTput derated in {rounds}: {factors})"
+    return f" (MaxTput derated in {rounds}: {factors}{more})"
 
 
 def _slo_at_risk(

@@ -507,6 +507,36 @@ def test_a_service_searched_alone_never_takes_another_services_capacity(
     assert cond(d.services[KEY].status, "SLOAtRisk")[:2] == ("True", "BelowTarget")
 
 
+def test_a_serving_service_whose_search_runs_past_its_slice_gets_its_best_plan_then_the_rest(
+    solves: list[str],
+) -> None:
+    """2 req/s on A10Gs, changed (its search starts over) while a10g×4 runs: with no time in
+    its slice the pass applies its first plan (a10g×3, below target) and marks the search to
+    go on; the next pass takes it up from there within the search's time limit, finds
+    a10g×4 and ends it. A new service's search is not held to the slice."""
+    body = service("chat", 2, "t0", **A10G_ONLY)
+    first = planned(body)
+    assert first.services[KEY].target == {"a10g": 4}
+    changed = changed_weight(body, first)
+    solves.clear()
+    cut = chat(changed, running=running_of(first), search_slice_s=1e-9)
+    assert len(solves) == 1 and cut.target == {"a10g": 3}
+    derating = cut.status.derating
+    assert derating is not None and derating.searching and derating.observed_generation == 2
+    state, reason, message = cond(cut.status, "SLOAtRisk")
+    assert (state, reason) == ("True", "BelowTarget")
+    assert message.endswith("(the search goes on next pass)")
+
+    solves.clear()
+    resumed = chat(with_status(changed, cut), running=running_of(first), search_slice_s=1e-9)
+    assert len(solves) == 2 and resumed.target == {"a10g": 4}
+    derating = resumed.status.derating
+    assert derating is not None and not derating.searching and derating.rounds == 1
+    assert cond(resumed.status, "SLOAtRisk")[:2] == ("False", "OnTarget")
+    assert chat(with_status(changed, resumed), running=running_of(first)).target == {"a10g": 4}
+    assert chat(body, search_slice_s=1e-9).target == {"a10g": 4}  # nothing runs: no slice
+
+
 def test_a_plan_rolling_out_is_kept_while_what_runs_moves_towards_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
