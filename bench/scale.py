@@ -29,12 +29,14 @@ scheduler, controller-manager, KWOK; no Docker; node Leases long enough that KWO
 50 a second, :func:`node_lease_s`) with the same pools as KWOK nodes, the CRDs,
 GPUPools, GPUProfiles and LLMServices, and ``gpumix run`` as a subprocess. Measured: the time
 from the last object created to every service planned, then ``--changes`` times a rate patch
-on one service → its Deployments carry the new replica counts (p50 / p99), the operator's peak
-RSS and CPU seconds (``/proc``), apiserver requests by verb over the run and per pass
-(``apiserver_request_total``: list/watch against get, writes only where something changed)
-and ``gpumix_cluster_writes_total``. Each window starts once the operator has settled (run a
-whole pass that wrote nothing), so it counts what its own event caused, rollout included, and
-not the tail of the one before; the restart comes after the last change has settled.
+on one service → its Deployments carry the new replica counts (p50 / p99), and → its search
+ended (one cut at its slice, ``gpumix run --search-slice``, ends in a later pass), the
+operator's peak RSS and CPU seconds (``/proc``), apiserver requests by verb over the run and
+per pass (``apiserver_request_total``: list/watch against get, writes only where something
+changed) and ``gpumix_cluster_writes_total``. Each window starts once the operator has
+settled (run a whole pass that wrote nothing), so it counts what its own event caused, rollout
+included, and not the tail of the one before; the restart comes after the last change has
+settled.
 
 ``--quick``: a smoke run of every phase, not a measurement: 10 services over 100 nodes (live:
 one change); the default sizes are 50 × 500, 200 × 2,000 and 500 × 5,000.
@@ -713,6 +715,26 @@ def _applied(
     raise RuntimeError(f"{service}: rate change not applied within 600 s")
 
 
+def _search_ended(
+    api: Any, namespace: str, service: str, *, generation: int, since: float
+) -> tuple[bool, float]:
+    """Whether ``service``'s search for ``generation`` was cut at its slice (status
+    ``derating.searching`` once it observes the generation), and the seconds from ``since``
+    until it had ended: a cut search's final plan is applied in the pass that ends it, objects
+    before status."""
+    path = f"{GROUP}/namespaces/{namespace}/llmservices/{service}"
+    cut = None
+    while time.perf_counter() < since + 600:
+        status = api.get(path).get("status") or {}
+        if (status.get("observedGeneration") or 0) >= generation:
+            searching = bool((status.get("derating") or {}).get("searching"))
+            cut = searching if cut is None else cut
+            if not searching:
+                return cut, time.perf_counter() - since
+        time.sleep(0.2)
+    raise RuntimeError(f"{service}: search for generation {generation} not ended within 600 s")
+
+
 def _deployed(api: Any, namespace: str, service: str) -> dict[str, int]:
     query = urllib.parse.urlencode({"labelSelector": f"gpumix.io/service={service}"})
     items = api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments?{query}")["items"]
@@ -835,6 +857,8 @@ def live(
         rng = random.Random(seed + 1)
         latencies: list[float] = []
         kept: list[bool] = []
+        cut: list[bool] = []
+        ended: list[float] = []
         change_req: list[dict[str, float]] = []
         change_writes: list[dict[str, float]] = []
         change_others: list[dict[str, int]] = []
@@ -857,6 +881,9 @@ def live(
             generation = patched["metadata"]["generation"]
             kept.append(_applied(api, ns, name, old, generation=generation, since=t_change))
             latencies.append(time.perf_counter() - t_change)
+            was_cut, end_s = _search_ended(api, ns, name, generation=generation, since=t_change)
+            cut.append(was_cut)
+            ended.append(end_s)
             settled.append(_settle(port, api, ns))
             change_req.append(_delta(_requests(api), req0))
             change_writes.append(_delta(_operator_metric(port, "gpumix_cluster_writes_total"), w0))
@@ -869,6 +896,8 @@ def live(
         total_req = _delta(_requests(api), before)
         by_change = [round(x, 2) for x in latencies]
         latencies.sort()
+        by_end = [round(x, 2) for x in ended]
+        ended.sort()
         # A restart (a new leader's start alike): its passes must find everything as planned.
         operator.terminate()
         operator.wait(timeout=60)
@@ -897,6 +926,10 @@ def live(
             "per_change_plan_kept": kept,
             "change_to_applied_p50_s": _quantile(latencies, 0.5),
             "change_to_applied_p99_s": _quantile(latencies, 0.99),
+            "per_change_search_cut": cut,
+            "per_change_search_ended_s": by_end,
+            "change_to_search_ended_p50_s": _quantile(ended, 0.5),
+            "change_to_search_ended_p99_s": _quantile(ended, 0.99),
             "operator_peak_rss_mb": round(rss, 1),
             "operator_rss_after_changes_mb": round(rss_now, 1),
             "simulation_workers_peak_rss_mb": round(workers_rss, 1),
@@ -942,6 +975,11 @@ def print_live(r: dict[str, Any]) -> None:
     print(f"  rate change → applied (Deployments changed, or the plan kept): p50 "
           f"{r['change_to_applied_p50_s']} s, p99 {r['change_to_applied_p99_s']} s "
           f"({r['change_to_applied_s']})")  # fmt: skip
+    print(
+        f"  rate change → its search ended (cut at the slice in {sum(r['per_change_search_cut'])}"
+        f" of {len(r['per_change_search_cut'])}, then searched on): p50 "
+        f"{r['change_to_search_ended_p50_s']} s, p99 {r['change_to_search_ended_p99_s']} s"
+    )
     print(f"  operator peak RSS {r['operator_peak_rss_mb']} MB (after the changes "
           f"{r['operator_rss_after_changes_mb']} MB; MALLOC_ARENA_MAX "
           f"{r['malloc_arena_max'] or 'unset'}), CPU {r['operator_cpu_s']} s; its simulation "
