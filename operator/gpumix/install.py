@@ -153,7 +153,7 @@ class OperatorSettings:
     interval_s: int = 30
     solver_time_limit_s: int = 30
     search_time_limit_s: int = 20
-    search_slice_s: float = 2.0
+    search_slice_s: int = 2
     log_format: str = "json"
     health_path: str = "/healthz"
     tmp_size_limit: str = "256Mi"
