@@ -1269,26 +1269,32 @@ def _kept_derating(c: "_Candidate") -> tuple[dict[str, float], int] | None:
     """The factors (and rounds) of the search status keeps for this service, when it ran for
     its current spec generation (for the options it still has); ``None``: no search has, and
     this pass runs one (a new spec, other SLO, model or pools, starts over)."""
-    kept = c.previous.derating if c.previous is not None else None
-    if kept is None or kept.observed_generation != c.generation or kept.searching:
+    kept = _this_generation(c)
+    if kept is None or kept.searching:
         return None
     return _still_options(c, kept), kept.rounds
+
+
+def _this_generation(c: "_Candidate") -> DeratingStatus | None:
+    """The search status keeps for this service's current spec generation, if any."""
+    kept = c.previous.derating if c.previous is not None else None
+    return kept if kept is not None and kept.observed_generation == c.generation else None
 
 
 def _resuming(c: "_Candidate") -> bool:
     """Whether the last pass cut this generation's search at its slice (:func:`_search_alone`)
     and this pass goes on with it."""
-    kept = c.previous.derating if c.previous is not None else None
-    return kept is not None and kept.searching and kept.observed_generation == c.generation
+    kept = _this_generation(c)
+    return kept is not None and kept.searching
 
 
 def _resumed(c: "_Candidate") -> tuple[dict[str, float], int]:
     """Where a search this pass starts begins: a cut one at the factors (and rounds) of the
     best round it had found, else at the factors a rate change carried over (:func:`_carried`),
     at round 0. From its best round, the rounds after it are found again in the caches."""
-    if _resuming(c):
-        assert c.previous is not None and c.previous.derating is not None  # _resuming
-        return _still_options(c, c.previous.derating), c.previous.derating.rounds
+    kept = _this_generation(c)
+    if kept is not None and kept.searching:
+        return _still_options(c, kept), kept.rounds
     return _carried(c), 0
 
 
