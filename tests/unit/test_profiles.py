@@ -214,3 +214,17 @@ def test_few_output_tokens_after_a_long_prompt_miss_alone_where_the_bucket_midpo
     assert a100.alone_met_share(*bucket, 60) < a100.alone_met_share(*bucket, 120)
     assert a100.alone_met_share(*bucket, 60, ttft_ms=10) == 0
     assert a100.alone_met_share((1, 64), (64, 128), 60) == 1
+
+
+def test_a_request_meets_alone_up_to_its_own_idle_latency_and_only_when_it_fits() -> None:
+    """`meets_alone`, what the attainment bench's reach check asks of every option: the SLO at
+    the request's own idle latency holds, a hair under it does not (TPOT, then TTFT), and a
+    request longer than the replica holds never meets."""
+    roof = Roofline(gpu_type("a10g"), LLAMA7B)
+    ttft, tpot = roof.alone_s(1500, 20)
+    assert roof.meets_alone(1500, 20, tpot * 1e3, ttft * 1e3)
+    assert not roof.meets_alone(1500, 20, tpot * 1e3 * 0.999)
+    assert not roof.meets_alone(1500, 20, tpot * 1e3, ttft * 1e3 * 0.999)
+    assert roof.context_limit == min(LLAMA7B.max_context, roof.kv_capacity_tokens)
+    assert not roof.meets_alone(roof.context_limit, 1, 1e9)
+    assert roof.meets_alone(roof.context_limit - 1, 1, 1e9)

@@ -15,6 +15,7 @@ models, what a step reads and computes comes from `gpumix.profiles.shape.ModelSh
 its tokens are routed to, windowed layers).
 """
 
+import functools
 import itertools
 from typing import TypeVar
 
@@ -126,6 +127,12 @@ class Roofline:
         free -= self.p.max_num_seqs * self.model.kv_window_bytes  # sliding layers' windows
         return int(free // self.model.kv_bytes_per_token)
 
+    @functools.cached_property
+    def context_limit(self) -> int:
+        """Longest request (prompt + output tokens) a replica holds: the model's context or its
+        KV cache, whichever is shorter. Read once: the latency checks ask for it per request."""
+        return min(self.model.max_context, self.kv_capacity_tokens)
+
     def decode_step_s(self, batch: int, mean_context: float) -> float:
         read = self._weight_read(batch) + batch * mean_context * self._kv_token
         read += batch * self._kv_window
@@ -177,6 +184,16 @@ class Roofline:
         decodes = (output_tokens - 1) * self.decode_step_s(1, input_tokens + output_tokens / 2)
         return ttft, (ttft + decodes) / output_tokens
 
+    def meets_alone(
+        self, input_tokens: int, output_tokens: int, tpot_ms: float, ttft_ms: float | None = None
+    ) -> bool:
+        """Whether one request meets the SLO alone on an idle replica and fits in its KV cache:
+        if not, no load, plan or replica count of this replica gets it there."""
+        ttft, tpot = self.alone_s(input_tokens, output_tokens)
+        late = ttft_ms is not None and ttft * 1e3 > ttft_ms
+        fits = input_tokens + output_tokens <= self.context_limit
+        return fits and tpot * 1e3 <= tpot_ms and not late
+
     def alone_met_share(
         self,
         inputs: tuple[int, int],
@@ -190,13 +207,9 @@ class Roofline:
         cache. A bucket's MaxTput comes from its midpoint (§5.3), but with few output tokens a
         long prompt's prefill alone can exceed the TPOT SLO, at any load. Exact along the input
         (latency grows with it: binary search), ``samples`` equal-probability output lengths."""
-        limit = min(self.model.max_context, self.kv_capacity_tokens)
 
         def meets(i: int, o: int) -> bool:
-            i, o = max(i, 1), max(o, 1)  # the simulator's sizes are ≥ 1 token
-            ttft, tpot = self.alone_s(i, o)
-            late = ttft_ms is not None and ttft * 1e3 > ttft_ms
-            return i + o <= limit and tpot * 1e3 <= tpot_ms and not late
+            return self.meets_alone(max(i, 1), max(o, 1), tpot_ms, ttft_ms)  # sizes are ≥ 1
 
         in_lo, in_hi = inputs
         out_lo, out_hi = outputs
@@ -214,7 +227,7 @@ class Roofline:
 
     def max_tput(self, input_tokens: float, output_tokens: float, tpot_ms: float) -> float:
         """Highest req/s for requests of this size with mean TPOT ≤ tpot_ms; 0 if none."""
-        if input_tokens + output_tokens > min(self.model.max_context, self.kv_capacity_tokens):
+        if input_tokens + output_tokens > self.context_limit:
             return 0.0
         prefill = self.prefill_s(input_tokens)
         mean_context = input_tokens + output_tokens / 2

@@ -57,7 +57,7 @@ class SimTarget:
         self.requests = requests
 
     def fits(self, prompt: int, output: int) -> bool:
-        return prompt + output <= min(self.roof.model.max_context, self.roof.kv_capacity_tokens)
+        return prompt + output <= self.roof.context_limit
 
     def __call__(self, prompt: int, output: int, rate: float, seed: int) -> tuple[RatePoint, bool]:
         n = int(min(max(self.requests, rate * 60), 20 * self.requests))  # ≥ a minute of load
