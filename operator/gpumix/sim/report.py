@@ -162,13 +162,6 @@ def _prefill_share(r: Request) -> float:
     return max(0.0, r.prefill_load - own) / r.latency if r.latency > 0 else 0.0
 
 
-def _alone_tpot(pod: Engine, r: Request) -> float:
-    roof = pod.roof
-    decode = sum(roof.decode_step_s(1, r.prompt + k) for k in range(1, min(r.output, 64)))
-    decode *= (r.output - 1) / max(1, min(r.output, 64) - 1)
-    return (roof.prefill_s(r.prompt) + decode) / r.output
-
-
 def summarise(
     requests: Sequence[Request],
     pods: Sequence[Engine],
@@ -190,7 +183,7 @@ def summarise(
     for r, b, c in zip(routed, bursts, colocated, strict=True):
         if r.finish is None or r.tpot * 1e3 <= tpot_slo_ms:
             continue
-        if _alone_tpot(pods[r.pod], r) * 1e3 > tpot_slo_ms:
+        if pods[r.pod].roof.alone_s(r.prompt, r.output)[1] * 1e3 > tpot_slo_ms:
             causes["alone"] += 1
             continue
         causes["both" if b and c else "burst" if b else "large_colocation" if c else "neither"] += 1

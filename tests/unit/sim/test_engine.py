@@ -142,3 +142,19 @@ def test_decode_runs_match_single_steps() -> None:
     a = np.array([r.latency for r in coarse])
     b = np.array([r.latency for r in fine])
     assert float(np.mean(np.abs(a - b) / b)) < 0.01
+
+
+def test_a_request_that_misses_on_an_idle_pod_is_reported_as_missing_alone() -> None:
+    """The report's `alone` cause is the request's own idle latency (`Roofline.alone_s`, what
+    the engine takes on an idle pod), long answers included: an SLO a hair under a lone
+    request's TPOT makes it an `alone` miss, a hair over it meets."""
+    from gpumix.sim.report import summarise  # noqa: PLC0415
+
+    for output in (12, 700):
+        engines = pods("a10g")
+        request = Request(0, 0.0, 3000, output)
+        end = simulate(engines, [request])
+        for scale, alone in ((0.999, 1), (1.001, 0)):
+            report = summarise([request], engines, tpot_slo_ms=request.tpot * 1e3 * scale,
+                               ttft_slo_ms=1e9, end=end)  # fmt: skip
+            assert (report.violations.count, report.violations.alone) == (alone, alone)
