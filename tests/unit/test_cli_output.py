@@ -45,6 +45,17 @@ def test_plan_json_is_one_object_per_service(extra: list[str]) -> None:
     assert sum(plan["allocation"].values()) >= 1
 
 
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_a_plan_that_succeeds_writes_nothing_to_stderr(solver: str) -> None:
+    """The table on stdout, and no solver banner beside it on stderr (HiGHS's went there, two
+    lines in every run and in the operator's JSON logs)."""
+    done = subprocess.run([GPUMIX, "plan", *EXAMPLE, "--solver", solver], check=False,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("LLMService default/chat:")
+    assert done.stderr == ""
+
+
 def test_joint_plan_json_has_every_service(tmp_path: Path) -> None:
     chat = yaml.safe_load((EXAMPLES / "chat.yaml").read_text())
     chat["metadata"]["name"] = "chat-b"

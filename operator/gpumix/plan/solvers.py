@@ -26,26 +26,29 @@ def highs_available() -> bool:
     """PuLP's check: whether highspy imports (a CBC-only install still plans, just slower)."""
     available = bool(pulp.HiGHS(msg=False).available())
     if available:
-        _banner_to_stderr()
+        _silence_banner()
     return available
 
 
 @functools.cache
-def _banner_to_stderr() -> None:
+def _silence_banner() -> None:
     """HiGHS writes its banner to file descriptor 1 when the first ``Highs`` object of a process
-    is made, whatever ``output_flag`` says later, so ``--output json`` would not be JSON. Make
-    that first object here with descriptor 1 pointed at stderr (every HiGHS path calls
+    is made, whatever ``output_flag`` says later, so ``--output json`` would not be JSON; on
+    stderr it was two stray lines in every `gpumix plan` and in the operator's JSON logs. Make
+    that first object here with descriptor 1 pointed at the null device (every HiGHS path calls
     :func:`highs_available` first)."""
     import highspy  # noqa: PLC0415 - optional until HiGHS is in use
 
     sys.stdout.flush()
     saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(2, 1)
+        os.dup2(null, 1)
         highspy.Highs()  # type: ignore[no-untyped-call]
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+        os.close(null)
 
 
 def run(
