@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from gpumix.api import RESOURCES, GPUPool, GPUProfile, LLMService
 from gpumix.api.crdgen import write_crds
-from gpumix.attainment import promise
+from gpumix.attainment import alone_hint, promise
 from gpumix.cliargs import (
     EXIT_BAD_INPUT,
     Parser,
@@ -247,8 +247,11 @@ def _promise_and_print(
         return EXIT_INFEASIBLE
     if not promised.reached:
         assert promised.predicted is not None
-        print(f"warning: {name}: predicted attainment {100 * promised.predicted.met:.2f}% is "
-              f"below the target {100 * promised.target:g}%", file=sys.stderr)  # fmt: skip
+        predicted, target = promised.predicted, promised.target
+        hint = alone_hint(predicted, target)
+        why = hint and f": {predicted.alone:.2%} of its requests miss the SLO even alone{hint}"
+        print(f"warning: {name}: predicted attainment {100 * predicted.met:.2f}% is below the "
+              f"target {100 * target:g}%{why}", file=sys.stderr)  # fmt: skip
         return EXIT_INFEASIBLE
     return 0
 

@@ -173,6 +173,21 @@ def test_a_pool_past_its_kv_headroom_is_derated_even_when_it_meets_the_target() 
     assert relieved.holds(0.99) and relieved.kv_bound() == []
 
 
+def test_the_hint_for_misses_alone_comes_only_past_what_the_target_allows() -> None:
+    def alone(share: float, ttft: float | None = None) -> PredictedAttainment:
+        return PredictedAttainment(tpot=0.98, ttft=ttft, met=0.98, alone=share, requests=3000,
+                                   pools={})  # fmt: skip
+
+    assert attainment.alone_hint(alone(0.0113), 0.99).startswith(
+        ", more than the 1.0% the target allows, and more replicas do not recover them: "
+        "relax spec.slo.tpotMs, lower"
+    )
+    assert "relax spec.slo.tpotMs or ttftMs," in attainment.alone_hint(alone(0.02, 0.97), 0.99)
+    assert attainment.alone_hint(alone(0.0092), 0.99) == ""
+    assert attainment.alone_hint(alone(0.01), 0.99) == ""  # exactly what it allows
+    assert attainment.alone_hint(alone(0.0113), 0.98) == ""
+
+
 def test_the_loop_ends_on_a_plan_whose_caches_are_within_headroom(
     chat: LLMService, llama_profiles: list[GPUProfile], pools: list[GPUPool],
     predictions: Predictions,

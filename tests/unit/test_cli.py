@@ -55,6 +55,25 @@ def test_a_plan_below_its_target_says_how_much_misses_even_alone(
     assert 0 < alone < 100 - float(line.split("predicted attainment ")[1].split("%")[0])
 
 
+def test_a_plan_whose_misses_alone_rule_out_the_target_says_what_to_change(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo with a 60 ms TTFT SLO: a long prompt's prefill alone takes longer than that on
+    every GPU type, for more requests than the 99% target allows. The warning says how many,
+    that replicas do not recover them, and which fields to change."""
+    doc = yaml.safe_load((EXAMPLES / "chat.yaml").read_text())
+    doc["spec"]["slo"]["ttftMs"] = 60
+    path = tmp_path / "chat.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["plan", str(path), EXAMPLE[1]]) == 1
+    [warning] = capsys.readouterr().err.splitlines()
+    share = float(warning.split("% of its requests miss the SLO even alone")[0].rsplit(" ", 1)[1])
+    assert share > 1
+    assert "more than the 1.0% the target allows, and more replicas do not recover" in warning
+    assert warning.endswith("relax spec.slo.tpotMs or ttftMs, lower spec.slo.attainmentTarget "
+                            "or add a pool of a faster GPU type")  # fmt: skip
+
+
 def test_a_plan_past_the_kv_headroom_says_which_pool(capsys: pytest.CaptureFixture[str]) -> None:
     """The routable ILP's plan of the demo meets 99% in its prediction, but with its pods' KV
     cache over half full on average: below the promise, and the line must say why."""

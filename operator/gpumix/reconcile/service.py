@@ -29,7 +29,7 @@ from gpumix.api import (
     WorkloadUsed,
 )
 from gpumix.api.llmservice import DeratingStatus
-from gpumix.attainment import KV_HEADROOM, PredictedAttainment, derated, predict
+from gpumix.attainment import KV_HEADROOM, PredictedAttainment, alone_hint, derated, predict
 from gpumix.digestcache import DigestCache
 from gpumix.plan import (
     Allocation,
@@ -310,6 +310,7 @@ def _slo_at_risk(
         return ConditionStatus.TRUE, "KVCacheFull", message + pools + note
     alone = (
         f"; {predicted.alone:.1%} of all requests miss it even alone on their replica"
+        + alone_hint(predicted, target)
         if predicted.alone > 0
         else ""
     )

@@ -214,8 +214,13 @@ def test_misses_no_capacity_recovers_are_not_derated_for(
     would growing the plan, which has its own test)."""
     monkeypatch.setattr(cluster, "predict_served", lambda *_: predicted(0.95, {}, alone))
     monkeypatch.setattr(cluster, "GROW_ROUNDS", 0)
-    chat(service("chat", 2, "t0", **A10G_ONLY), rounds=1)
+    decision = chat(service("chat", 2, "t0", **A10G_ONLY), rounds=1)
     assert len(solves) == solved
+    state, reason, message = cond(decision.status, "SLOAtRisk")
+    assert (state, reason) == ("True", "BelowTarget")
+    alone_part = f"; {alone:.1%} of all requests miss it even alone on their replica, more than "
+    assert alone_part in message
+    assert "more replicas do not recover them: relax spec.slo.tpotMs, lower" in message
 
 
 def grows_to_four(*args: Any) -> PredictedAttainment:
